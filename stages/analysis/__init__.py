@@ -1,0 +1,1 @@
+"""Event detection on measured trajectories and cross-scale statistics."""

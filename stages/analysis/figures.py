@@ -1,0 +1,44 @@
+"""Seaborn figure: RankMe of every layer and test accuracy against training step, one panel per run."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from stages import paths  # noqa: E402
+from stages.io.atomic import atomic_path  # noqa: E402
+from stages.io.tables import read_csv  # noqa: E402
+
+
+def trajectories_figure(runs: list[str], out: str | os.PathLike, events: pd.DataFrame | None = None) -> None:
+    sns.set_theme(style="whitegrid", context="paper")
+    cols = min(3, len(runs))
+    rows = math.ceil(len(runs) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, rid in zip(axes.flat, runs):
+        frame = read_csv(paths.measures_file(rid))
+        frame = frame[frame["step"] > 0].assign(layer=lambda f: f["layer"].astype(str))
+        sns.lineplot(data=frame, x="step", y="rankme", hue="layer", ax=ax, palette="viridis", legend="brief")
+        ax.set_xscale("log")
+        ax.set_title(rid)
+        ax.set_ylabel("RankMe")
+        twin = ax.twinx()
+        acc = frame.groupby("step")["test_acc"].first()
+        twin.plot(acc.index, acc.values, color="crimson", lw=1.5, ls="--", label="test accuracy")
+        twin.set_ylim(-0.02, 1.02)
+        twin.set_ylabel("accuracy", color="crimson")
+        twin.grid(False)
+    for ax in list(axes.flat)[len(runs):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)

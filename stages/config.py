@@ -1,0 +1,75 @@
+"""Reading and validating params.yaml; every error names the offending key."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stages.errors import PipelineError
+
+PARAMS_FILE = Path(os.environ.get("GEOMETRY_PARAMS", "params.yaml"))
+
+
+def load_params(path: str | os.PathLike | None = None) -> dict:
+    path = Path(path or PARAMS_FILE)
+    if not path.is_file():
+        raise PipelineError(f"missing params file: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise PipelineError(f"corrupt params file: {path} ({exc})") from None
+    if not isinstance(data, dict):
+        raise PipelineError(f"params file {path} must hold a mapping")
+    return data
+
+
+def get(params: dict, dotted: str, default: Any = ...) -> Any:
+    """Look up ``a.b.c``; a missing key without a default is an error naming it."""
+    node: Any = params
+    for i, part in enumerate(dotted.split(".")):
+        if not isinstance(node, dict) or part not in node:
+            if default is not ...:
+                return default
+            where = ".".join(dotted.split(".")[:i]) or "params"
+            raise PipelineError(f"missing key '{dotted}' (no '{part}' under '{where}')")
+        node = node[part]
+    return node
+
+
+def choose(name: str, options, key: str) -> str:
+    """Check that ``name`` is one of ``options``; the error names the key and the choices."""
+    if name not in options:
+        raise PipelineError(f"unknown {key} '{name}' (choose from: {', '.join(sorted(options))})")
+    return name
+
+
+def positive_int(value: Any, key: str, allow_zero: bool = False) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        need = "a non-negative" if allow_zero else "a positive"
+        raise PipelineError(f"'{key}' must be {need} integer, got {value!r}")
+    return value
+
+
+def positive_float(value: Any, key: str, allow_zero: bool = False) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PipelineError(f"'{key}' must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not (number >= 0 if allow_zero else number > 0):
+        need = "non-negative" if allow_zero else "positive"
+        raise PipelineError(f"'{key}' must be {need}, got {value!r}")
+    return number
+
+
+def fraction(value: Any, key: str) -> float:
+    number = positive_float(value, key, allow_zero=True)
+    if number > 1:
+        raise PipelineError(f"'{key}' must lie in [0, 1], got {value!r}")
+    return number
+
+
+def run_id(task: str, level: str, model: str) -> str:
+    return f"{task}-{level}-{model}"

@@ -1,0 +1,84 @@
+"""Stage ``extract``: hidden states of every layer at the answer position(s) -> Parquet.
+
+For each checkpoint of a run, one forward pass of the fixed probe set (the first
+``extract.probe_size`` test examples) writes one row group to ``data/hidden/<run>.parquet``;
+memory stays flat however many checkpoints there are.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from tqdm import tqdm
+
+from stages import paths
+from stages.config import choose, get, load_params, positive_int, run_id
+from stages.errors import main_guard
+from stages.io.atomic import atomic_path
+from stages.io.checkpoints import load_model, read_manifest
+from stages.io.datasets import load_split
+from stages.io.hidden import schema, step_table
+from stages.training.device import resolve_device
+from stages.training.loop import sequences
+
+POSITIONS = ("first", "all")
+
+
+@torch.no_grad()
+def hidden_at(model, seq: torch.Tensor, positions: list[int], batch_size: int) -> np.ndarray:
+    """``[n_layers + 1, n_samples * len(positions), d]``: rows ordered sample-major."""
+    chunks = []
+    for start in range(0, len(seq), batch_size):
+        _, states = model(seq[start:start + batch_size, :-1], hidden_states=True)
+        stacked = torch.stack([s[:, positions] for s in states])  # [L+1, b, P, d]
+        chunks.append(stacked.reshape(stacked.shape[0], -1, stacked.shape[-1]).float().cpu())
+    return torch.cat(chunks, dim=1).numpy()
+
+
+def extract(task: str, level: str, model_name: str, params: dict, progress: bool = True) -> str:
+    rid = run_id(task, level, model_name)
+    cfg = get(params, "extract")
+    probe_size = positive_int(get(params, "extract.probe_size"), "extract.probe_size")
+    batch_size = positive_int(get(params, "extract.batch_size"), "extract.batch_size")
+    which = choose(get(params, "extract.positions"), POSITIONS, "extract.positions")
+    device = resolve_device(cfg.get("device", "auto"), "extract.device")
+
+    ckpt_dir = paths.checkpoint_dir(rid)
+    manifest = read_manifest(ckpt_dir)
+    prompt, answer, meta = load_split(paths.dataset_dir(task, level), "test")
+    prompt, answer = prompt[:probe_size], answer[:probe_size]
+    prompt_len = meta["prompt_len"]
+    n_answer = answer.shape[1] if which == "all" else 1
+    positions = list(range(prompt_len - 1, prompt_len - 1 + n_answer))
+    seq = sequences(prompt, answer, device)
+    samples = np.repeat(np.arange(len(prompt)), n_answer)
+    pos_col = np.tile(np.asarray(positions), len(prompt))
+    labels = answer[:, :n_answer].reshape(-1)
+
+    out = paths.hidden_file(rid)
+    sch = schema(manifest["model"]["d_model"], {"run": rid, "manifest": json.dumps(
+        {k: manifest[k] for k in ("run", "task", "level", "model_name", "model", "n_params", "steps")})})
+    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, sch) as writer:
+        for step in tqdm(manifest["steps"], desc=f"extract {rid}", disable=not progress, mininterval=2):
+            model = load_model(ckpt_dir, step, manifest, device)
+            states = hidden_at(model, seq, positions, batch_size)
+            writer.write_table(step_table(step, states, samples, pos_col, labels, sch))
+    return str(out)
+
+
+@main_guard
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--level", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--params", default=None)
+    args = parser.parse_args(argv)
+    print(extract(args.task, args.level, args.model, load_params(args.params)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""File formats and crash-safe writing."""

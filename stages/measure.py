@@ -1,0 +1,80 @@
+"""Stage ``measure``: RankMe and linear-probe accuracy per (checkpoint, layer) of one run.
+
+Reads ``data/hidden/<run>.parquet`` one checkpoint at a time and ``data/history/<run>.csv``;
+writes ``data/measures/<run>.csv`` (run, step, layer, rankme, probe_acc, test_acc) and the
+plot table ``plots/trajectories/<run>.csv`` (one row per step: accuracy, RankMe of every layer,
+and RankMe of the last layer relative to its value at the first checkpoint).
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from stages import paths
+from stages.config import fraction, get, load_params, positive_float, run_id
+from stages.errors import PipelineError, main_guard
+from stages.io.hidden import hidden_manifest, iter_steps
+from stages.io.tables import read_csv, write_csv
+from stages.measures.probes import probe_accuracy, split_mask
+from stages.measures.rankme import rankme_batched
+from stages.training.device import resolve_device
+
+
+def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
+    """One row per (checkpoint, layer) of run ``rid``."""
+    train_fraction = fraction(get(params, "measures.probe.train_fraction"), "measures.probe.train_fraction")
+    ridge = positive_float(get(params, "measures.probe.ridge"), "measures.probe.ridge")
+    device = resolve_device(get(params, "measures.device", "auto"), "measures.device")
+    history = read_csv(paths.history_file(rid))
+    if not {"step", "test_acc"} <= set(history.columns):
+        raise PipelineError(f"corrupt table: {paths.history_file(rid)} (needs columns step, test_acc)")
+    acc = dict(zip(history["step"].astype(int), history["test_acc"].astype(float)))
+
+    n_params = hidden_manifest(paths.hidden_file(rid)).get("n_params")
+    rows = []
+    for step, layers in tqdm(iter_steps(paths.hidden_file(rid)), desc=f"measure {rid}", disable=not progress,
+                             mininterval=2):
+        order = sorted(layers)
+        stack = torch.as_tensor(np.stack([layers[l].vectors for l in order]), device=device)
+        ranks = rankme_batched(stack).cpu().numpy()
+        for l, r in zip(order, ranks):
+            st = layers[l]
+            mask = split_mask(st.samples, train_fraction)
+            rows.append({"run": rid, "step": step, "layer": l, "rankme": float(r),
+                         "probe_acc": probe_accuracy(st.vectors, st.labels, mask, ridge),
+                         "test_acc": acc.get(step, np.nan), "n_params": n_params})
+    if not rows:
+        raise PipelineError(f"corrupt Parquet file: {paths.hidden_file(rid)} (no checkpoints in it)")
+    return pd.DataFrame(rows)
+
+
+def trajectory(frame: pd.DataFrame) -> pd.DataFrame:
+    wide = frame.pivot(index="step", columns="layer", values="rankme")
+    wide.columns = [f"rankme_layer{l}" for l in wide.columns]
+    last = wide.iloc[:, -1]
+    out = pd.DataFrame({"step": wide.index, "test_acc": frame.groupby("step")["test_acc"].first().values,
+                        "rankme_rel": (last / last.iloc[0]).values, "rankme_last": last.values})
+    return pd.concat([out.reset_index(drop=True), wide.reset_index(drop=True)], axis=1)
+
+
+@main_guard
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--level", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--params", default=None)
+    args = parser.parse_args(argv)
+    rid = run_id(args.task, args.level, args.model)
+    frame = measure(rid, load_params(args.params))
+    write_csv(frame, paths.measures_file(rid))
+    write_csv(trajectory(frame), paths.trajectory_file(rid))
+    print(paths.measures_file(rid))
+
+
+if __name__ == "__main__":
+    main()

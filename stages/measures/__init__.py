@@ -1,0 +1,1 @@
+"""Geometric and probing measures of hidden states and of the loss landscape."""

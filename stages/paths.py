@@ -1,0 +1,32 @@
+"""Where every stage reads and writes; dvc.yaml uses the same layout."""
+from __future__ import annotations
+
+from pathlib import Path
+
+DATA = Path("data")
+METRICS = Path("metrics")
+PLOTS = Path("plots")
+
+
+def dataset_dir(task: str, level: str) -> Path:
+    return DATA / "datasets" / f"{task}-{level}"
+
+
+def checkpoint_dir(run: str) -> Path:
+    return DATA / "checkpoints" / run
+
+
+def history_file(run: str) -> Path:
+    return DATA / "history" / f"{run}.csv"
+
+
+def hidden_file(run: str) -> Path:
+    return DATA / "hidden" / f"{run}.parquet"
+
+
+def measures_file(run: str) -> Path:
+    return DATA / "measures" / f"{run}.csv"
+
+
+def trajectory_file(run: str) -> Path:
+    return PLOTS / "trajectories" / f"{run}.csv"

@@ -1,0 +1,137 @@
+"""Stage ``train``: one (task, level, model) run -> dense checkpoints and an accuracy history.
+
+Outputs ``data/checkpoints/<run>/`` (``step_XXXXXXX.safetensors`` + ``manifest.json``) and
+``data/history/<run>.csv`` (step, losses, exact-match train/test accuracy). Hyper-parameters are
+``train.defaults`` overlaid with ``train.tasks.<task>`` and then ``train.tasks.<task>.<level>``.
+A crashed run keeps its partial directory and resumes from its last checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+
+import pandas as pd
+import torch
+
+from stages import paths
+from stages.config import choose, fraction, get, load_params, positive_float, positive_int, run_id
+from stages.errors import PipelineError, main_guard
+from stages.io.checkpoints import write_manifest
+from stages.io.datasets import load_split
+from stages.io.tables import write_csv
+from stages.models import GPT, PRESETS, model_config
+from stages.tasks import LEVELS, get_task
+from stages.training.device import resolve_device
+from stages.training.loop import TrainConfig, sequences, train
+from stages.training.schedule import LR_SCHEDULES, checkpoint_steps
+
+TRAIN_KEYS = {"steps", "lr", "weight_decay", "batch_size", "warmup", "schedule", "min_lr_ratio", "betas",
+              "grad_clip", "seed", "device", "n_checkpoints", "log_fraction", "log_until", "eval_batch_size",
+              "eval_train_max", "dropout"}
+
+
+def resolve_train_params(params: dict, task: str, level: str) -> dict:
+    """Merged and validated hyper-parameters for one run."""
+    merged = dict(get(params, "train.defaults"))
+    overrides = get(params, f"train.tasks.{task}", {}) or {}
+    level_over = {k: v for k, v in overrides.items() if k in LEVELS}
+    merged.update({k: v for k, v in overrides.items() if k not in LEVELS})
+    merged.update(level_over.get(level) or {})
+    for key in merged:
+        if key not in TRAIN_KEYS:
+            raise PipelineError(f"unknown key '{key}' in train.defaults or train.tasks.{task} "
+                                f"(known: {', '.join(sorted(TRAIN_KEYS))})")
+    missing = sorted(TRAIN_KEYS - set(merged) - {"dropout", "min_lr_ratio", "eval_train_max"})
+    if missing:
+        raise PipelineError(f"missing key 'train.defaults.{missing[0]}'")
+    k = f"train (run {task}-{level})"
+    positive_int(merged["steps"], f"{k}.steps")
+    positive_int(merged["batch_size"], f"{k}.batch_size")
+    positive_int(merged["eval_batch_size"], f"{k}.eval_batch_size")
+    positive_int(merged["warmup"], f"{k}.warmup", allow_zero=True)
+    positive_float(merged["lr"], f"{k}.lr")
+    positive_float(merged["weight_decay"], f"{k}.weight_decay", allow_zero=True)
+    positive_float(merged["grad_clip"], f"{k}.grad_clip", allow_zero=True)
+    fraction(merged.get("min_lr_ratio", 0.0), f"{k}.min_lr_ratio")
+    fraction(merged.get("dropout", 0.0), f"{k}.dropout")
+    choose(merged["schedule"], LR_SCHEDULES, f"{k}.schedule")
+    if not isinstance(merged["seed"], int):
+        raise PipelineError(f"'{k}.seed' must be an integer, got {merged['seed']!r}")
+    return merged
+
+
+def run(task: str, level: str, model_name: str, params: dict, progress: bool = True) -> dict:
+    get_task(task)
+    if level not in LEVELS:
+        raise PipelineError(f"unknown level '{level}' (choose from: {', '.join(LEVELS)})")
+    choose(model_name, PRESETS, "model")
+    hp = resolve_train_params(params, task, level)
+    rid = run_id(task, level, model_name)
+    steps = checkpoint_steps(hp["steps"], hp["n_checkpoints"], hp["log_fraction"], hp["log_until"],
+                             key=f"train (run {rid})")
+    device = resolve_device(hp["device"], "train.defaults.device")
+
+    data_dir = paths.dataset_dir(task, level)
+    train_p, train_a, meta = load_split(data_dir, "train")
+    test_p, test_a, _ = load_split(data_dir, "test")
+    prompt_len = meta["prompt_len"]
+    cfg = model_config(model_name, meta["vocab_size"], prompt_len + meta["answer_len"] - 1, hp.get("dropout", 0.0))
+    torch.manual_seed(hp["seed"])
+    model = GPT(cfg).to(device)
+
+    out = paths.checkpoint_dir(rid)
+    partial = out.with_name(f".{rid}.partial")
+    if partial.exists():
+        manifest_path = partial / "run-config.json"
+        same = manifest_path.is_file() and manifest_path.read_text() == _fingerprint(hp, cfg, meta)
+        if not same:
+            shutil.rmtree(partial)
+    partial.mkdir(parents=True, exist_ok=True)
+    (partial / "run-config.json").write_text(_fingerprint(hp, cfg, meta))
+
+    tcfg = TrainConfig(steps=hp["steps"], lr=float(hp["lr"]), weight_decay=float(hp["weight_decay"]),
+                       batch_size=hp["batch_size"], warmup=hp["warmup"], schedule=hp["schedule"],
+                       min_lr_ratio=float(hp.get("min_lr_ratio", 0.0)), betas=tuple(hp["betas"]),
+                       grad_clip=float(hp["grad_clip"]), seed=hp["seed"], eval_batch_size=hp["eval_batch_size"],
+                       checkpoints=steps)
+    clock = time.perf_counter()
+    history = train(model, tcfg, sequences(train_p, train_a, device), sequences(test_p, test_a, device), prompt_len,
+                    partial, progress=progress, eval_train_max=hp.get("eval_train_max", 4096))
+    seconds = time.perf_counter() - clock
+    manifest = {"run": rid, "task": task, "level": level, "model_name": model_name, "model": cfg.to_dict(),
+                "n_params": model.num_params(), "steps": steps, "train": hp, "device": str(device),
+                "dataset": meta, "seconds": seconds, "torch": torch.__version__}
+    (partial / "run-config.json").unlink()
+    write_manifest(partial, manifest)
+    frame = pd.DataFrame(history)
+    frame.insert(0, "run", rid)
+    write_csv(frame, paths.history_file(rid))
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(partial, out)
+    return manifest
+
+
+def _fingerprint(hp: dict, cfg, meta: dict) -> str:
+    import json
+
+    return json.dumps({"train": hp, "model": cfg.to_dict(), "dataset": meta}, sort_keys=True)
+
+
+@main_guard
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--level", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--params", default=None)
+    args = parser.parse_args(argv)
+    manifest = run(args.task, args.level, args.model, load_params(args.params))
+    print(f"{manifest['run']}: {manifest['n_params']} params, {len(manifest['steps'])} checkpoints, "
+          f"{manifest['seconds']:.1f}s on {manifest['device']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Optimisation: checkpoint and learning-rate schedules, the training loop, evaluation."""
