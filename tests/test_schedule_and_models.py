@@ -1,0 +1,55 @@
+import pytest
+import torch
+
+from stages.errors import PipelineError
+from stages.models import GPT, PRESETS, model_config
+from stages.training.schedule import checkpoint_steps, lr_at
+
+
+@pytest.mark.parametrize("steps,n", [(1000, 64), (1500, 256), (10, 11), (50, 7), (3000, 2)])
+def test_checkpoint_schedule(steps, n):
+    s = checkpoint_steps(steps, n)
+    assert len(s) == n == len(set(s)) and s == sorted(s)
+    assert s[0] == 0 and s[-1] == steps
+
+
+def test_checkpoints_are_log_spaced_early():
+    s = checkpoint_steps(1000, 64, log_fraction=0.5, log_until=0.1)
+    early = [x for x in s if x <= 100]
+    assert len(early) >= 25 and early[:5] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("steps,n,match", [
+    (10, 12, "more checkpoints than steps"), (1000, 257, "maximum of 256"),
+    (0, 5, "train.steps"), (100, 0, "train.n_checkpoints"),
+])
+def test_bad_schedule(steps, n, match):
+    with pytest.raises(PipelineError, match=match):
+        checkpoint_steps(steps, n)
+
+
+def test_lr_schedules():
+    assert lr_at(0, 1.0, 100, 10, "constant") == pytest.approx(0.1)
+    assert lr_at(50, 1.0, 100, 10, "constant") == 1.0
+    assert lr_at(100, 1.0, 100, 0, "cosine") == pytest.approx(0.0)
+    assert lr_at(50, 1.0, 100, 0, "linear", 0.1) == pytest.approx(0.55)
+
+
+def test_presets_span_paper_sizes():
+    assert len(PRESETS) == 6
+    with torch.device("meta"):
+        counts = {n: GPT(model_config(n, 30, 32)).num_params() for n in PRESETS}
+    assert abs(counts["p405k"] - 405e3) / 405e3 < 0.1
+    assert abs(counts["p151m"] - 151e6) / 151e6 < 0.1
+    assert list(counts.values()) == sorted(counts.values())
+
+
+def test_unknown_model_name():
+    with pytest.raises(PipelineError, match="unknown model 'huge'"):
+        model_config("huge", 10, 8)
+
+
+def test_hidden_states_every_layer():
+    model = GPT(model_config("p405k", 20, 8))
+    logits, states = model(torch.randint(0, 20, (3, 8)), hidden_states=True)
+    assert logits.shape == (3, 8, 20) and len(states) == 3 and states[0].shape == (3, 8, 128)
