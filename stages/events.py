@@ -29,7 +29,8 @@ def event_params(params: dict) -> dict:
         "recovery_fraction": fraction(get(params, "events.recovery_fraction"), "events.recovery_fraction"),
         "threshold": fraction(get(params, "events.acquisition_threshold"), "events.acquisition_threshold"),
         "window": positive_int(get(params, "events.acquisition_window"), "events.acquisition_window"),
-        "precursor_min_fraction": fraction(get(params, "events.precursor_min_fraction"), "events.precursor_min_fraction"),
+        "precursor_min_gap": positive_int(get(params, "events.precursor_min_gap"), "events.precursor_min_gap",
+                                          allow_zero=True),
     }
     if p["layer"] not in ("last", "mean") and not isinstance(p["layer"], int):
         raise PipelineError(f"'events.layer' must be 'last', 'mean' or a layer number, got {p['layer']!r}")
@@ -74,8 +75,7 @@ def run_events(frame: pd.DataFrame, p: dict) -> tuple[dict, list[dict]]:
 
     gap = None if acq is None or dip.collapse_step is None else acq - dip.collapse_step
     lead = None if acq is None or dip.recovery_step is None else acq - dip.recovery_step
-    precursor = bool(gap is not None and lead is not None and lead >= 0
-                     and gap >= p["precursor_min_fraction"] * total)
+    precursor = bool(gap is not None and lead is not None and lead >= 0 and gap >= p["precursor_min_gap"])
     row = {**dip.to_dict(), "acquisition_step": acq, "precursor_gap": gap, "recovery_lead": lead,
            "gap_fraction": None if gap is None else gap / total, "precursor": precursor,
            "final_acc": float(acc.iloc[-1]), "total_steps": total, "order": order["order"],

@@ -12,7 +12,7 @@ Definitions (thresholds come from ``params.yaml: events``):
   ``recovery_fraction`` of the dip depth (``floor + f * (initial - floor)``).
 * **precursor gap**: acquisition step minus collapse step; a run's geometric transition is a
   **precursor** when it collapses, recovers no later than acquisition, and the gap is at least
-  ``precursor_min_fraction`` of the run's training steps.
+  ``precursor_min_gap`` training steps (otherwise geometry and accuracy move together).
 """
 from __future__ import annotations
 

@@ -24,9 +24,9 @@ def trajectories_figure(runs: list[str], out: str | os.PathLike, events: pd.Data
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
     for ax, rid in zip(axes.flat, runs):
         frame = read_csv(paths.measures_file(rid))
-        frame = frame[frame["step"] > 0].assign(layer=lambda f: f["layer"].astype(str))
+        frame = frame.assign(layer=lambda f: f["layer"].astype(str))
         sns.lineplot(data=frame, x="step", y="rankme", hue="layer", ax=ax, palette="viridis", legend="brief")
-        ax.set_xscale("log")
+        ax.set_xscale("symlog", linthresh=1)  # log steps, with step 0 (initialisation) kept
         ax.set_title(rid)
         ax.set_ylabel("RankMe")
         twin = ax.twinx()
