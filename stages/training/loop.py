@@ -96,14 +96,15 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
         except Exception:  # a torn resume file: start over
             history, start = [], 0
     eval_train = train_seq[:eval_train_max]
-    todo = sorted(s for s in cfg.checkpoints if s >= start)
+    done = {row["step"] for row in history}
+    todo = sorted(s for s in cfg.checkpoints if s >= start and s not in done)
     last_loss = float("nan")
     clock = time.perf_counter()
     model.train()
     bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc=out_dir.name, unit="step", mininterval=2)
     step = start
     while True:
-        if todo and step == todo[0] and (not history or history[-1]["step"] != step):
+        if todo and step == todo[0]:
             test_loss, test_acc = evaluate(model, test_seq, prompt_len, cfg.eval_batch_size)
             train_loss_eval, train_acc = evaluate(model, eval_train, prompt_len, cfg.eval_batch_size)
             history.append({"step": step, "train_loss": train_loss_eval, "batch_loss": last_loss,

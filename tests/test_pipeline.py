@@ -1,0 +1,161 @@
+"""The stages end to end on a tiny grid, and their behaviour on bad input."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from stages import events, extract, generate, measure, paths, train
+from stages.io.checkpoints import listed_steps, step_file
+
+RUN = "copy-easy-p405k"
+ARGS = ["--task", "copy", "--level", "easy"]
+
+
+def run_pipeline():
+    generate.main(ARGS)
+    train.main(ARGS + ["--model", "p405k"])
+    extract.main(ARGS + ["--model", "p405k"])
+    measure.main(ARGS + ["--model", "p405k"])
+    events.main([])
+
+
+def test_tiny_pipeline_end_to_end(workdir):
+    run_pipeline()
+    manifest = json.loads((paths.checkpoint_dir(RUN) / "manifest.json").read_text())
+    assert listed_steps(paths.checkpoint_dir(RUN)) == manifest["steps"] and len(manifest["steps"]) == 6
+    history = pd.read_csv(paths.history_file(RUN))
+    assert list(history["step"]) == manifest["steps"] and history["test_acc"].between(0, 1).all()
+
+    table = pq.read_table(paths.hidden_file(RUN))
+    assert pq.ParquetFile(paths.hidden_file(RUN)).num_row_groups == 6  # one per checkpoint
+    assert set(table.column_names) == {"step", "layer", "sample", "position", "label", "vector"}
+    assert set(table.column("layer").to_pylist()) == {0, 1, 2}
+    assert len(table) == 6 * 3 * 48 and table.schema.field("vector").type.list_size == 128
+
+    m = pd.read_csv(paths.measures_file(RUN))
+    assert len(m) == 6 * 3 and m["rankme"].between(1, 48).all() and m["probe_acc"].between(0, 1).all()
+    assert (m[m.layer == 0]["rankme"] < 1.01).all()  # the separator's embedding is input-independent
+    traj = pd.read_csv(paths.trajectory_file(RUN))
+    assert {"step", "test_acc", "rankme_rel", "rankme_layer2"} <= set(traj.columns) and traj["rankme_rel"].iloc[0] == 1
+
+    metrics = json.loads((paths.METRICS / "events.json").read_text())
+    assert RUN in metrics["runs"] and "easy" in metrics["by_level"]
+    assert (paths.DATA / "events" / "runs.csv").is_file() and (paths.METRICS / "cross_scale.json").is_file()
+    assert (paths.PLOTS / "figures" / "trajectories.png").stat().st_size > 1000
+    assert not list(paths.DATA.rglob("*.tmp")) and not list(paths.DATA.rglob("*.partial"))
+
+
+def test_training_is_deterministic_and_resumes_after_a_crash(workdir, monkeypatch):
+    generate.main(ARGS)
+    train.main(ARGS + ["--model", "p405k"])
+    reference = pd.read_csv(paths.history_file(RUN))
+    final = step_file(paths.checkpoint_dir(RUN), 12).read_bytes()
+
+    from stages.training import loop
+
+    original = loop.save_state
+    calls = {"n": 0}
+
+    def crash_after_three(model, path):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt("simulated crash")
+        original(model, path)
+
+    monkeypatch.setattr(loop, "save_state", crash_after_three)
+    import shutil
+
+    shutil.rmtree(paths.checkpoint_dir(RUN))
+    paths.history_file(RUN).unlink()
+    with pytest.raises(KeyboardInterrupt):
+        train.main(ARGS + ["--model", "p405k"])
+    assert not paths.checkpoint_dir(RUN).exists() and not paths.history_file(RUN).exists()
+    partial = paths.checkpoint_dir(RUN).with_name(f".{RUN}.partial")
+    assert (partial / "resume.pt").is_file()
+
+    monkeypatch.setattr(loop, "save_state", original)
+    train.main(ARGS + ["--model", "p405k"])
+    resumed = pd.read_csv(paths.history_file(RUN))
+    pd.testing.assert_frame_equal(resumed.drop(columns="seconds"), reference.drop(columns="seconds"))
+    assert step_file(paths.checkpoint_dir(RUN), 12).read_bytes() == final
+    assert not partial.exists()
+
+
+def cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["stages.generate", "--task", "copi", "--level", "easy"], "unknown task 'copi'"),
+    (["stages.generate", "--task", "copy", "--level", "insane"], "unknown level 'insane'"),
+    (["stages.train", "--task", "copy", "--level", "easy", "--model", "gpt5"], "unknown model 'gpt5'"),
+    (["stages.train", "--task", "copy", "--level", "easy", "--model", "p405k"], "missing dataset directory: data/datasets/copy-easy"),
+    (["stages.extract", "--task", "copy", "--level", "easy", "--model", "p405k"], "missing checkpoint directory: data/checkpoints/copy-easy-p405k"),
+    (["stages.measure", "--task", "copy", "--level", "easy", "--model", "p405k"], "missing table: data/history/copy-easy-p405k.csv"),
+])
+def test_cli_errors_are_one_line(workdir, args, needle):
+    result = cli(*args, cwd=workdir)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and needle in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("steps", 0, "steps' must be a positive integer"),
+    ("steps", 4, "more checkpoints than steps"),
+    ("batch_size", -1, "batch_size' must be a positive integer"),
+    ("schedule", "zigzag", "unknown train (run copy-easy).schedule 'zigzag'"),
+    ("colour", 1, "unknown key 'colour'"),
+    ("device", "tpu", "unknown train.defaults.device 'tpu'"),
+])
+def test_bad_train_params(workdir, key, value, needle):
+    generate.main(ARGS)
+    params = yaml.safe_load((workdir / "params.yaml").read_text())
+    params["train"]["defaults"][key] = value
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    result = cli("stages.train", *ARGS, "--model", "p405k", cwd=workdir)
+    assert result.returncode == 2 and needle in result.stderr, result.stderr
+    assert not paths.checkpoint_dir(RUN).exists() and not paths.history_file(RUN).exists()
+
+
+def test_corrupt_inputs_are_named_and_leave_no_output(workdir):
+    generate.main(ARGS)
+    train.main(ARGS + ["--model", "p405k"])
+    ckpt = step_file(paths.checkpoint_dir(RUN), 2)
+    ckpt.write_bytes(b"not a safetensors file")
+    result = cli("stages.extract", *ARGS, "--model", "p405k", cwd=workdir)
+    assert result.returncode == 2 and f"corrupt checkpoint: {ckpt}" in result.stderr
+    assert not paths.hidden_file(RUN).exists() and not list(paths.hidden_file(RUN).parent.glob("*"))
+    ckpt.unlink()
+    result = cli("stages.extract", *ARGS, "--model", "p405k", cwd=workdir)
+    assert result.returncode == 2 and f"missing checkpoint: {ckpt}" in result.stderr
+
+    paths.hidden_file(RUN).parent.mkdir(parents=True, exist_ok=True)
+    paths.hidden_file(RUN).write_bytes(b"PAR1 garbage")
+    result = cli("stages.measure", *ARGS, "--model", "p405k", cwd=workdir)
+    assert result.returncode == 2 and "corrupt Parquet file: data/hidden/copy-easy-p405k.parquet" in result.stderr
+    assert not paths.measures_file(RUN).exists()
+
+    (paths.dataset_dir("copy", "easy") / "test.parquet").write_bytes(b"junk")
+    result = cli("stages.train", *ARGS, "--model", "p405k", cwd=workdir)
+    assert result.returncode == 2 and "corrupt Parquet file: data/datasets/copy-easy/test.parquet" in result.stderr
+
+
+def test_missing_params_key_is_named(workdir):
+    params = yaml.safe_load((workdir / "params.yaml").read_text())
+    del params["tasks"]["copy"]["easy"]
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    result = cli("stages.generate", *ARGS, cwd=workdir)
+    assert result.returncode == 2 and "missing key 'tasks.copy.easy'" in result.stderr
+
+
+def test_dataset_files_round_trip(workdir):
+    generate.main(ARGS)
+    from stages.io.datasets import load_split
+
+    prompt, answer, meta = load_split(paths.dataset_dir("copy", "easy"), "train")
+    assert prompt.shape == (256, 5) and np.array_equal(prompt[:, :4], answer) and meta["vocab_size"] == 19
