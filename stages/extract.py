@@ -6,7 +6,6 @@ memory stays flat however many checkpoints there are.
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -15,6 +14,7 @@ import torch
 from tqdm import tqdm
 
 from stages import paths
+from stages.cli import run_arguments
 from stages.config import choose, get, load_params, positive_int, run_id
 from stages.errors import main_guard
 from stages.io.atomic import atomic_path
@@ -71,12 +71,7 @@ def extract(task: str, level: str, model_name: str, params: dict, progress: bool
 
 @main_guard
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--level", required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--params", default=None)
-    args = parser.parse_args(argv)
+    args = run_arguments(__doc__, argv)
     print(extract(args.task, args.level, args.model, load_params(args.params)))
 
 

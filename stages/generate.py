@@ -5,9 +5,9 @@ ids; the prompt ends with the ``=`` separator) and ``meta.json`` (vocabulary, le
 """
 from __future__ import annotations
 
-import argparse
 
 from stages import paths
+from stages.cli import run_arguments
 from stages.config import get, load_params, positive_int
 from stages.errors import PipelineError, main_guard
 from stages.io.datasets import write_dataset
@@ -30,11 +30,7 @@ def generate(task: str, level: str, params: dict) -> Dataset:
 
 @main_guard
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--level", required=True)
-    parser.add_argument("--params", default=None)
-    args = parser.parse_args(argv)
+    args = run_arguments(__doc__, argv, model=False)
     ds = generate(args.task, args.level, load_params(args.params))
     out = paths.dataset_dir(args.task, args.level)
     write_dataset(ds, out)

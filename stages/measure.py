@@ -7,7 +7,6 @@ and RankMe of the last layer relative to its value at the first checkpoint).
 """
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
 import pandas as pd
@@ -15,6 +14,7 @@ import torch
 from tqdm import tqdm
 
 from stages import paths
+from stages.cli import run_arguments
 from stages.config import fraction, get, load_params, positive_float, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.hidden import hidden_manifest, iter_steps
@@ -63,12 +63,7 @@ def trajectory(frame: pd.DataFrame) -> pd.DataFrame:
 
 @main_guard
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--level", required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--params", default=None)
-    args = parser.parse_args(argv)
+    args = run_arguments(__doc__, argv)
     rid = run_id(args.task, args.level, args.model)
     frame = measure(rid, load_params(args.params))
     write_csv(frame, paths.measures_file(rid))

@@ -7,7 +7,6 @@ A crashed run keeps its partial directory and resumes from its last checkpoint.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import time
@@ -16,6 +15,7 @@ import pandas as pd
 import torch
 
 from stages import paths
+from stages.cli import run_arguments
 from stages.config import choose, fraction, get, load_params, positive_float, positive_int, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.checkpoints import write_manifest
@@ -122,12 +122,7 @@ def _fingerprint(hp: dict, cfg, meta: dict) -> str:
 
 @main_guard
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--level", required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--params", default=None)
-    args = parser.parse_args(argv)
+    args = run_arguments(__doc__, argv)
     manifest = run(args.task, args.level, args.model, load_params(args.params))
     print(f"{manifest['run']}: {manifest['n_params']} params, {len(manifest['steps'])} checkpoints, "
           f"{manifest['seconds']:.1f}s on {manifest['device']}")
