@@ -1,0 +1,44 @@
+"""Stage ``fetch_pythia``: one model's revisions from the hub (or the HF cache) -> a manifest.
+
+Downloads each ``stepN`` revision of the active profile with huggingface_hub's
+``snapshot_download`` (resumable; offline when HF_HUB_OFFLINE is set or the profile says so),
+verifies every file against the hub's tree listing, and writes
+``data/pythia/manifests/<model>.json`` (revision -> commit hash, file sizes and sha256). The
+weights stay in the HF cache; downstream stages depend on the manifest only.
+"""
+from __future__ import annotations
+
+import argparse
+
+from tqdm import tqdm
+
+from stages.config import choose, get, load_params
+from stages.errors import main_guard
+from stages.pythia import hub, settings
+from stages.pythia.paths import manifest_file
+
+VERIFY = ("sha256", "size")
+
+
+def fetch(model: str, params: dict, progress: bool = True) -> dict:
+    src = settings.source(params, model)
+    check_hash = choose(get(params, "pythia.verify", "sha256"), VERIFY, "pythia.verify") == "sha256"
+    entries = [hub.fetch_revision(src["repo_id"], rev, src["cache_dir"], src["offline"], check_hash)
+               for rev in tqdm(src["revisions"], desc=f"fetch {src['repo_id']}", disable=not progress)]
+    return {"model": model, "profile": src["profile"], "repo_id": src["repo_id"], "cache_dir": src["cache_dir"],
+            "verified": "sha256" if check_hash else "size", "revisions": entries}
+
+
+@main_guard
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--params", default=None)
+    args = parser.parse_args(argv)
+    manifest = fetch(args.model, load_params(args.params))
+    hub.write_manifest(manifest_file(args.model), manifest)
+    print(f"{manifest_file(args.model)}: {manifest['repo_id']}, {len(manifest['revisions'])} revisions")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Stage ``pythia_measure``: per revision of one model, accuracy on the evaluation sets, hidden states
+of every layer, RankMe per layer and linear-probe accuracy, in the small models' formats.
+
+Writes, for run ``pythia-lm-<model>``:
+
+* ``data/hidden/<run>.parquet``: last-token hidden state of every layer (0 = embeddings) for the
+  probe set (the first ``pythia.probe_per_set`` items of each set with a context, interleaved), one
+  row group per revision, schema of stages/io/hidden.py; ``label`` codes the item's right answer;
+* ``data/measures/<run>.csv``: run, step, layer, rankme, probe_acc, test_acc, n_params, where
+  test_acc is the accuracy on ``pythia.test_acc`` (default logical_deduction; ``mean`` averages all
+  eight sets) and step is the revision's training step;
+* ``data/pythia/accuracy/<run>.csv``: run, step, revision, eval_set, accuracy, n_items;
+* ``plots/trajectories/<run>.csv``: as stages/measure.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import torch
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from stages import paths
+from stages.config import fraction, get, load_params, positive_float, positive_int
+from stages.errors import PipelineError, main_guard
+from stages.io.atomic import atomic_path
+from stages.io.hidden import schema, step_table
+from stages.io.tables import write_csv
+from stages.measure import trajectory
+from stages.measures.probes import probe_accuracy, split_mask
+from stages.measures.rankme import rankme_batched
+from stages.pythia import evalsets, hub, scoring
+from stages.pythia.grammar import GENERATORS
+from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
+from stages.pythia.settings import pythia_run_id
+from stages.training.device import resolve_device
+
+
+def probe_set(items: pd.DataFrame, per_set: int) -> pd.DataFrame:
+    """First ``per_set`` items of every set with a context, interleaved across sets (so the probe's
+    train/test split by row mixes sets); ``label`` codes the right answer."""
+    probe = items[(items["context"] != "") & (items["item"] < per_set)].sort_values(["item", "eval_set"])
+    probe = probe.reset_index(drop=True)
+    answers = [c[a] for c, a in zip(probe["choices"], probe["answer"])]
+    codes = {a: i for i, a in enumerate(sorted(set(answers)))}
+    return probe.assign(label=[codes[a] for a in answers])
+
+
+def load(manifest: dict, entry: dict, device):
+    snapshot = hub.snapshot_path(manifest, entry)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(snapshot)
+        model = AutoModelForCausalLM.from_pretrained(snapshot).to(device).eval()
+    except (OSError, ValueError) as exc:
+        raise PipelineError(f"model '{manifest['repo_id']}' revision '{entry['revision']}': cannot load {snapshot} "
+                            f"({exc})") from None
+    return model, tokenizer
+
+
+def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rid = pythia_run_id(model_name)
+    which = get(params, "pythia.test_acc")
+    if which != "mean" and which not in GENERATORS:
+        raise PipelineError(f"unknown pythia.test_acc '{which}' (choose from: mean, {', '.join(GENERATORS)})")
+    per_set = positive_int(get(params, "pythia.probe_per_set"), "pythia.probe_per_set")
+    batch_size = positive_int(get(params, "pythia.batch_size"), "pythia.batch_size")
+    device = resolve_device(get(params, "pythia.device", "auto"), "pythia.device")
+    train_fraction = fraction(get(params, "measures.probe.train_fraction"), "measures.probe.train_fraction")
+    ridge = positive_float(get(params, "measures.probe.ridge"), "measures.probe.ridge")
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # small models on a shared CPU: threads only contend
+
+    manifest = hub.read_manifest(manifest_file(model_name))
+    items = evalsets.read(EVALS_FILE)
+    probe = probe_set(items, per_set)
+    if len(probe) < 4:
+        raise PipelineError(f"'pythia.probe_per_set' = {per_set} leaves {len(probe)} probe items: too few")
+    samples = np.arange(len(probe))
+    mask = split_mask(samples, train_fraction)
+
+    rows, acc_rows, writer, sch = [], [], None, None
+    out = paths.hidden_file(rid)
+    with atomic_path(out) as tmp:
+        try:
+            for entry in tqdm(manifest["revisions"], desc=f"pythia_measure {rid}", disable=not progress):
+                step = int(entry["step"])
+                model, tokenizer = load(manifest, entry, device)
+                n_params = sum(p.numel() for p in model.parameters())
+                correct = scoring.accuracy(items, scoring.choice_loglik(model, tokenizer, items, batch_size, device))
+                by_set = pd.Series(correct).groupby(items["eval_set"].values).agg(["mean", "size"])
+                for name, r in by_set.iterrows():
+                    acc_rows.append({"run": rid, "step": step, "revision": entry["revision"], "eval_set": name,
+                                     "accuracy": float(r["mean"]), "n_items": int(r["size"])})
+                test_acc = float(by_set["mean"].mean()) if which == "mean" else float(by_set.loc[which, "mean"])
+
+                states = scoring.last_token_states(model, tokenizer, list(probe["context"]), batch_size, device)
+                if writer is None:
+                    sch = schema(states.shape[-1], {"run": rid, "manifest": json.dumps(
+                        {"run": rid, "model_name": model_name, "repo_id": manifest["repo_id"], "n_params": n_params,
+                         "steps": [int(e["step"]) for e in manifest["revisions"]]})})
+                    writer = pq.ParquetWriter(tmp, sch)
+                positions = np.asarray([len(tokenizer(c, add_special_tokens=False)["input_ids"])
+                                        for c in probe["context"]])
+                writer.write_table(step_table(step, states, samples, positions, probe["label"].to_numpy(), sch))
+                ranks = rankme_batched(torch.as_tensor(states)).numpy()
+                for layer, r in enumerate(ranks):
+                    rows.append({"run": rid, "step": step, "layer": layer, "rankme": float(r),
+                                 "probe_acc": probe_accuracy(states[layer], probe["label"].to_numpy(), mask, ridge),
+                                 "test_acc": test_acc, "n_params": n_params})
+                del model
+        finally:
+            if writer is not None:
+                writer.close()
+    return pd.DataFrame(rows), pd.DataFrame(acc_rows)
+
+
+@main_guard
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--params", default=None)
+    args = parser.parse_args(argv)
+    rid = pythia_run_id(args.model)
+    frame, acc = measure(args.model, load_params(args.params))
+    write_csv(acc, accuracy_file(rid))
+    write_csv(frame, paths.measures_file(rid))
+    write_csv(trajectory(frame), paths.trajectory_file(rid))
+    final = acc[acc["step"] == acc["step"].max()]
+    print(", ".join(f"{s} {a:.2f}" for s, a in zip(final["eval_set"], final["accuracy"])))
+    print(paths.measures_file(rid))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Stage ``train_suite``: the offline stand-in for Pythia, a tiny GPT-NeoX suite in an HF cache layout.
+
+For every model under ``pythia.profiles.local.train`` it trains a ``GPTNeoXForCausalLM``
+(transformers) on a deterministic corpus from the evaluation sets' grammar and saves it, with its
+word-level tokenizer, at the profile's Pythia-style revisions ``stepN`` into
+``pythia.profiles.local.cache_dir`` (models--local--pythia-<model>/refs, snapshots, trees), which
+``fetch_pythia`` then resolves through huggingface_hub exactly like downloaded checkpoints.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from stages.config import get, load_params, positive_float
+from stages.errors import PipelineError, main_guard
+from stages.io.atomic import atomic_path
+from stages.pythia import local_hub, suite
+from stages.pythia.hub import revision_step
+from stages.pythia.settings import revisions_of, train_settings
+
+KEY = "pythia.profiles.local"
+
+
+def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool = True) -> dict:
+    cfg = train_settings(params, model_name)
+    lr = positive_float(cfg.get("lr", 3e-3), f"{KEY}.train.{model_name}.lr")
+    repo = get(params, f"{KEY}.repo").format(model=model_name)
+    revisions = revisions_of(get(params, f"{KEY}.revisions"), f"{KEY}.revisions")
+    steps = cfg["steps"]
+    save_at = {revision_step(r): r for r in revisions}
+    if max(save_at) > steps:
+        raise PipelineError(f"'{KEY}.revisions' goes to step {max(save_at)} beyond "
+                            f"'{KEY}.train.{model_name}.steps' = {steps}")
+    torch.set_num_threads(1)  # a tiny model: more threads only contend on a shared CPU
+    tokenizer = suite.build_tokenizer()
+    model = suite.build_model(tokenizer, cfg, cfg["seed"])
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    warmup = cfg["warmup"]
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, warmup)) * (
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+    data = suite.batches(tokenizer, cfg["seed"], cfg["batch_size"], cfg["seq_len"], cfg.get("mixture"))
+
+    def publish(revision):
+        def save(directory):
+            model.save_pretrained(directory)
+            tokenizer.save_pretrained(directory)
+        return local_hub.publish(cache_dir, repo, revision, save)
+
+    commits = {}
+    model.train()
+    for step in tqdm(range(steps + 1), desc=f"train_suite {model_name}", disable=not progress, mininterval=2):
+        if step in save_at:
+            model.eval()
+            commits[save_at[step]] = publish(save_at[step])
+            model.train()
+        if step == steps:
+            break
+        batch = next(data)
+        loss = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        schedule.step()
+    return {"repo_id": repo, "commits": commits, "final_loss": float(loss.detach())}
+
+
+@main_guard
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--params", default=None)
+    args = parser.parse_args(argv)
+    params = load_params(args.params)
+    cache_dir = get(params, f"{KEY}.cache_dir")
+    train = get(params, f"{KEY}.train")
+    if not isinstance(train, dict) or not train:
+        raise PipelineError(f"'{KEY}.train' must map model names to training settings")
+    with atomic_path(cache_dir, directory=True) as tmp:
+        for name in train:
+            info = train_model(name, params, tmp)
+            print(f"{info['repo_id']}: {len(info['commits'])} revisions, final loss {info['final_loss']:.3f}")
+    print(cache_dir)
+
+
+if __name__ == "__main__":
+    main()
