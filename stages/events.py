@@ -18,6 +18,7 @@ from stages.analysis.events import acquisition_step, find_dip, layer_order
 from stages.config import fraction, get, load_params, positive_int, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.tables import read_csv, write_csv, write_json
+from stages.pythia.settings import grid_runs as pythia_runs  # Pythia runs: task "pythia", level "lm"
 
 EVENTS_DIR = paths.DATA / "events"
 
@@ -42,7 +43,7 @@ def grid_runs(params: dict) -> list[tuple[str, str, str]]:
     for key, values in zip(("tasks", "levels", "models"), grid):
         if not isinstance(values, list) or not values:
             raise PipelineError(f"'grid.{key}' must be a non-empty list")
-    return list(itertools.product(*grid))
+    return list(itertools.product(*grid)) + pythia_runs(params)
 
 
 def run_series(frame: pd.DataFrame, layer, key: str = "rankme") -> pd.Series:

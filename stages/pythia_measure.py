@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import torch
 from tqdm import tqdm
+from transformers.utils import logging as hf_logging
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from stages import paths
@@ -38,6 +39,8 @@ from stages.pythia.grammar import GENERATORS
 from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
 from stages.pythia.settings import pythia_run_id
 from stages.training.device import resolve_device
+
+hf_logging.disable_progress_bar()  # one tqdm bar per stage, not one per saved or loaded file
 
 
 def probe_set(items: pd.DataFrame, per_set: int) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
+from transformers.utils import logging as hf_logging
 
 from stages.config import get, load_params, positive_float
 from stages.errors import PipelineError, main_guard
@@ -23,6 +24,8 @@ from stages.pythia.hub import revision_step
 from stages.pythia.settings import revisions_of, train_settings
 
 KEY = "pythia.profiles.local"
+
+hf_logging.disable_progress_bar()  # one tqdm bar per stage, not one per saved or loaded file
 
 
 def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool = True) -> dict:
