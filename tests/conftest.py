@@ -21,6 +21,7 @@ def tiny_params(base: dict) -> dict:
     p["train"]["tasks"] = {t: {} for t in p["train"]["tasks"]}
     p["extract"].update(probe_size=48, device="cpu")
     p["measures"]["device"] = "cpu"
+    p.pop("pythia", None)  # Pythia runs are opt-in here: tests/pythia_helpers.py has their tiny settings
     return p
 
 

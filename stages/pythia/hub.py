@@ -108,8 +108,8 @@ def fetch_revision(repo_id: str, revision: str, cache_dir: str | None, offline: 
             snapshot = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache,
                                               allow_patterns=BIN_PATTERNS, local_files_only=offline))
     except LocalEntryNotFoundError:
-        mode = "offline (HF_HUB_OFFLINE or a local profile)" if offline else "and the hub is unreachable"
-        raise PipelineError(f"model '{repo_id}' revision '{revision}' is not in {where} {mode}") from None
+        why = "downloads are off (HF_HUB_OFFLINE=1 or an offline profile)" if offline else "the hub is unreachable"
+        raise PipelineError(f"model '{repo_id}' revision '{revision}' is not in {where} and {why}") from None
     except RevisionNotFoundError:
         raise PipelineError(f"model '{repo_id}' has no revision '{revision}' on the hub") from None
     except RepositoryNotFoundError:
