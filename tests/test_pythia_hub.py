@@ -85,3 +85,10 @@ def test_tree_listing_is_huggingface_hub_format(cache):
     files = {f.path: f.size for f in get_cached_repo_tree(REPO, revision="step0", cache_dir=directory)}
     listing = json.loads((directory / "models--local--pythia-tiny" / "trees" / f"{commits['step0']}.json").read_text())
     assert files == {k: v["size"] for k, v in listing["files"].items()}
+
+
+def test_interrupted_download_offline_is_reported(cache):
+    directory, commits = cache
+    (directory / "models--local--pythia-tiny" / "snapshots" / commits["step8"] / "model.safetensors").unlink()
+    with pytest.raises(PipelineError, match=r"'local/pythia-tiny' revision 'step8' is only partly"):
+        hub.fetch_revision(REPO, "step8", str(directory), offline=True)

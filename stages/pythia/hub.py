@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 
 from huggingface_hub import constants, snapshot_download
-from huggingface_hub.errors import (HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError,
-                                    RevisionNotFoundError)
+from huggingface_hub.errors import (HfHubHTTPError, IncompleteSnapshotError, LocalEntryNotFoundError,
+                                    RepositoryNotFoundError, RevisionNotFoundError)
 from huggingface_hub.file_download import repo_folder_name
 
 from stages.errors import PipelineError
@@ -107,6 +107,9 @@ def fetch_revision(repo_id: str, revision: str, cache_dir: str | None, offline: 
         if not any(snapshot.glob("*.safetensors")) and not offline:  # older revisions ship only .bin
             snapshot = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache,
                                               allow_patterns=BIN_PATTERNS, local_files_only=offline))
+    except IncompleteSnapshotError:
+        raise PipelineError(f"model '{repo_id}' revision '{revision}' is only partly in {where} (interrupted "
+                            "download): re-run fetch_pythia with the hub reachable to resume it") from None
     except LocalEntryNotFoundError:
         why = "downloads are off (HF_HUB_OFFLINE=1 or an offline profile)" if offline else "the hub is unreachable"
         raise PipelineError(f"model '{repo_id}' revision '{revision}' is not in {where} and {why}") from None

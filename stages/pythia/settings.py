@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from stages.config import choose, get, positive_int
+from stages.config import choose, get, positive_int, run_id
 from stages.errors import PipelineError
 from stages.pythia.hub import offline_mode, revision_step
 
@@ -12,8 +12,6 @@ _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def pythia_run_id(model: str) -> str:
-    from stages.config import run_id
-
     return run_id(TASK, LEVEL, model)
 
 
