@@ -30,3 +30,11 @@ def measures_file(run: str) -> Path:
 
 def trajectory_file(run: str) -> Path:
     return PLOTS / "trajectories" / f"{run}.csv"
+
+
+def landscape_file(run: str) -> Path:
+    return DATA / "landscape" / f"{run}.csv"
+
+
+def landscape_plot_file(run: str) -> Path:
+    return PLOTS / "landscape" / f"{run}.csv"
