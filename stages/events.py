@@ -15,6 +15,7 @@ import pandas as pd
 from stages import paths
 from stages.analysis.cross_scale import cross_scale
 from stages.analysis.events import acquisition_step, find_dip, layer_order
+from stages.analysis.landscape_events import add_landscape
 from stages.config import fraction, get, load_params, positive_int, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.tables import read_csv, write_csv, write_json
@@ -120,6 +121,7 @@ def events(params: dict) -> dict:
     write_csv(pd.DataFrame(layer_rows), EVENTS_DIR / "layers.csv")
     metrics = {"runs": {r["run"]: {k: v for k, v in r.items() if k != "run"} for r in run_rows},
                "by_level": summarise(runs), "params": p}
+    add_landscape(metrics, run_rows, params, p, EVENTS_DIR / "landscape.csv")
     write_json(metrics, paths.METRICS / "events.json")
     write_json(cross_scale(runs), paths.METRICS / "cross_scale.json")
     return metrics
