@@ -1,0 +1,111 @@
+"""Run a :class:`~stages.cluster.dag.Plan` on Dask: one task per stage, each starting as soon as
+its stale upstream stages have finished.
+
+Each task runs ``dvc --wait-for-lock repro --single-item STAGE`` in the shared workspace. DVC
+holds its repository lock only while it checks and records a stage; it releases the lock while
+the stage's command runs (``dvc.stage.run``: ``unlocked_repo(cmd_run)``), guarding the stage's own
+deps/outs with its per-path rwlock instead. So stages with disjoint outputs really run at the same
+time, ``--wait-for-lock`` queues the short bookkeeping sections, and every dvc.lock entry is
+written by DVC itself exactly as in a serial ``dvc repro``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from stages.cluster.dag import Plan, dvc_command, dvc_env
+from stages.errors import PipelineError
+
+TAIL_LINES = 20
+
+
+class StageFailed(Exception):
+    """A stage's ``dvc repro`` exited non-zero; carries the stage name and its output tail."""
+
+    def __init__(self, stage: str, message: str):
+        super().__init__(stage, message)
+        self.stage = stage
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def repro_stage(stage: str, root: str) -> dict:
+    """Worker task: reproduce one stage in the workspace ``root``; raise :class:`StageFailed`."""
+    clock = time.perf_counter()
+    proc = subprocess.run(dvc_command("--wait-for-lock", "repro", "--single-item", stage), cwd=root,
+                          env=dvc_env(), capture_output=True, text=True)
+    seconds = time.perf_counter() - clock
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr.strip() or proc.stdout.strip()).splitlines()[-TAIL_LINES:])
+        raise StageFailed(stage, f"stage '{stage}' failed (exit {proc.returncode}) after {seconds:.1f}s:\n{tail}")
+    return {"stage": stage, "seconds": seconds, "host": os.uname().nodename, "pid": os.getpid()}
+
+
+@dataclass
+class Outcome:
+    done: list[dict]
+    failed: dict[str, str]   # stage -> message
+    skipped: dict[str, str]  # stage -> failed upstream stage
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.skipped
+
+
+def execute(plan: Plan, client, root: str | os.PathLike, progress=print) -> Outcome:
+    """Submit every stage with its upstream futures as dependencies and wait for all of them.
+
+    A failing stage does not stop independent branches (their finished work is recorded in
+    dvc.lock); its downstream stages are skipped. Returns what happened; see :func:`raise_for`.
+    """
+    from distributed import as_completed
+
+    root = str(Path(root).resolve())
+    futures = {}
+    for stage in plan.order:
+        ups = [futures[u] for u in plan.upstream[stage]]
+        # Upstream futures as extra arguments: Dask starts the task only after they succeed.
+        futures[stage] = client.submit(_after, stage, root, *ups, key=f"dvc-repro-{stage}", pure=False)
+    owner = {f.key: s for s, f in futures.items()}
+    done, failed, skipped = [], {}, {}
+    total = len(plan.order)
+    for future in as_completed(list(futures.values())):
+        stage = owner[future.key]
+        if future.status == "finished":
+            info = future.result()
+            done.append(info)
+            progress(f"[{len(done)}/{total}] {stage} done in {info['seconds']:.1f}s on {info['host']}")
+            continue
+        exc = future.exception()
+        culprit = getattr(exc, "stage", None)
+        if culprit is not None and culprit != stage:
+            skipped[stage] = culprit
+            progress(f"skipped {stage} (upstream '{culprit}' failed)")
+        else:
+            failed[stage] = str(exc) if culprit else f"stage '{stage}' failed: {exc!r}"
+            progress(f"FAILED {stage}")
+    return Outcome(done, failed, skipped)
+
+
+def _after(stage: str, root: str, *upstream_results) -> dict:
+    return repro_stage(stage, root)
+
+
+def raise_for(outcome: Outcome) -> None:
+    """A one-line-per-stage error naming every failed stage, its output tail and what was skipped."""
+    if outcome.ok:
+        return
+    parts = [msg for msg in outcome.failed.values()]
+    if outcome.skipped:
+        parts.append(f"skipped {len(outcome.skipped)} downstream stage(s): {', '.join(sorted(outcome.skipped))}")
+    raise PipelineError("\n".join(parts))
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
