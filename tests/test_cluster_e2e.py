@@ -1,0 +1,127 @@
+"""End to end: the default grid's DAG reproduced on a 2-worker LocalCluster equals a serial run.
+
+Two temporary copies of the repository (git-tracked files with the .dvc/ config; no data, no
+dvc.lock) get the same tiny params.yaml keeping the default grid. One runs a serial
+``dvc repro``, the other ``python -m stages.cluster repro --workers 2``. Afterwards ``dvc status``
+is clean in both and the dvc.lock files hold the same entries with the same hashes, except where
+the pipeline itself writes wall-clock time (train's manifest.json and history ``seconds``): there
+the files must be equal apart from those fields.
+
+Two things are pinned so that a serial run can be compared at all (both apply equally to two
+serial runs): OMP_NUM_THREADS=1 for both runs (torch's CPU results depend on the thread count),
+and the parallel copy starts with the .gitignore files DVC wrote in the serial copy, as a project
+that has committed them does (the ``events`` stage depends on ``data/measures/``, which holds
+DVC's .gitignore, whose line order is the order in which stages were first recorded).
+"""
+import json
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import yaml
+
+from conftest import ROOT, tiny_params
+from stages.cluster.dag import dvc_env, parse_status
+
+# What both runs bring up to date: the default grid's train/extract/measure matrix, the dataset
+# items it reads, and events (the other 20 dataset items would only add minutes of CI time).
+TARGETS = ["events"]
+TIMED = {"seconds"}  # fields the pipeline fills with wall-clock time
+
+
+def make_copy(dest, repo_params) -> None:
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for rel in filter(None, files.split("\0")):
+        if rel == "dvc.lock" or (rel.startswith("data/") and not rel.endswith(".gitignore")):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((ROOT / rel).read_bytes())
+    params = tiny_params(repo_params)
+    params["grid"] = repo_params["grid"]
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+
+
+def env() -> dict:
+    return {**dvc_env(), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def dvc(cwd, *args) -> str:
+    proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env(), capture_output=True, text=True)
+    assert proc.returncode == 0, f"dvc {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+def entries(lock: dict) -> dict:
+    """(stage, section, path) -> entry, over deps and outs."""
+    out = {}
+    for stage, body in lock["stages"].items():
+        for section in ("deps", "outs"):
+            for item in body.get(section, []):
+                out[(stage, section, item["path"])] = item
+    return out
+
+
+def same_but_timing(a, b) -> None:
+    """Files (or directories) ``a`` and ``b`` are equal apart from wall-clock fields."""
+    if a.is_dir():
+        names = sorted(p.name for p in a.iterdir())
+        assert names == sorted(p.name for p in b.iterdir()), a
+        for name in names:
+            same_but_timing(a / name, b / name)
+    elif a.suffix == ".json":
+        strip = lambda p: {k: v for k, v in json.loads(p.read_text()).items() if k not in TIMED}
+        assert strip(a) == strip(b), a
+    elif a.suffix == ".csv":
+        pd.testing.assert_frame_equal(pd.read_csv(a).drop(columns=list(TIMED), errors="ignore"),
+                                      pd.read_csv(b).drop(columns=list(TIMED), errors="ignore"))
+    else:
+        assert a.read_bytes() == b.read_bytes(), a
+
+
+def test_cluster_repro_matches_serial(tmp_path, repo_params):
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    for dest in (serial, parallel):
+        make_copy(dest, repo_params)
+
+    clock = time.perf_counter()
+    dvc(serial, "repro", *TARGETS)
+    serial_s = time.perf_counter() - clock
+    for ignore in serial.rglob(".gitignore"):
+        if ".dvc" not in ignore.relative_to(serial).parts:
+            (parallel / ignore.relative_to(serial)).parent.mkdir(parents=True, exist_ok=True)
+            (parallel / ignore.relative_to(serial)).write_bytes(ignore.read_bytes())
+
+    clock = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "stages.cluster", "repro", "--workers", "2", *TARGETS],
+                          cwd=parallel, env=env(), capture_output=True, text=True)
+    cluster_s = time.perf_counter() - clock
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dvc status is clean" in proc.stderr
+    print(f"serial dvc repro {serial_s:.1f}s, 2-worker cluster {cluster_s:.1f}s")
+
+    for dest in (serial, parallel):
+        assert parse_status(dvc(dest, "status", "--json", *TARGETS)) == set()
+    lock_s = yaml.safe_load((serial / "dvc.lock").read_text())
+    lock_p = yaml.safe_load((parallel / "dvc.lock").read_text())
+    assert lock_p["schema"] == lock_s["schema"]
+    assert list(lock_p["stages"]) and set(lock_p["stages"]) == set(lock_s["stages"])
+    for stage, body in lock_s["stages"].items():
+        other = lock_p["stages"][stage]
+        assert set(other) == set(body), stage
+        assert other["cmd"] == body["cmd"] and other.get("params") == body.get("params"), stage
+        for section in ("deps", "outs"):
+            assert [i["path"] for i in other.get(section, [])] == [i["path"] for i in body.get(section, [])]
+
+    es, ep = entries(lock_s), entries(lock_p)
+    differing = {key[2] for key in es if es[key] != ep[key]}
+    # Only train's outputs may differ (they embed wall-clock seconds), and only in those fields.
+    assert all(p.startswith(("data/checkpoints/", "data/history/")) for p in differing), differing
+    for path in differing:
+        same_but_timing(serial / path, parallel / path)
+
+    again = subprocess.run([sys.executable, "-m", "stages.cluster", "repro", *TARGETS], cwd=parallel,
+                           env=env(), capture_output=True, text=True)
+    assert again.returncode == 0 and "nothing to reproduce" in again.stderr, again.stderr[-2000:]
