@@ -1,0 +1,108 @@
+"""DAG parsing, stale set and ordering for ``python -m stages.cluster`` (no stage is run)."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from stages.cluster import dag
+from stages.cluster.dag import build_plan, parse_dot, parse_status
+from stages.cluster.execute import StageFailed, execute, raise_for
+from stages.cluster.lockorder import serial_key_order
+from stages.errors import PipelineError
+
+
+@pytest.fixture(scope="module")
+def repo_dag():
+    return parse_dot(dag.run_dvc(ROOT, "dag", "--dot"))
+
+
+def test_dot_of_this_repo(repo_dag):
+    nodes, edges = repo_dag
+    assert "generate@mod-hard" in nodes and "train@mod-hard-p405k" in nodes and "events" in nodes
+    assert ("generate@mod-hard", "train@mod-hard-p405k") in edges      # upstream -> downstream
+    assert ("train@mod-hard-p405k", "extract@mod-hard-p405k") in edges
+    assert ("extract@mod-hard-p405k", "measure@mod-hard-p405k") in edges
+    assert ("measure@copy-easy-p405k", "events") in edges
+    assert nodes.index("generate@copy-easy") < nodes.index("generate@copy-medium")  # dvc.yaml order
+
+
+def test_everything_stale_orders_upstream_first(repo_dag):
+    nodes, edges = repo_dag
+    plan = build_plan(nodes, edges, set(nodes))
+    assert sorted(plan.order) == sorted(nodes)
+    pos = {s: i for i, s in enumerate(plan.order)}
+    assert all(pos[u] < pos[d] for u, d in edges)
+    assert plan.order[-1] == "events"
+    assert plan.upstream["measure@mod-easy-p405k"] == ["train@mod-easy-p405k", "extract@mod-easy-p405k"]
+
+
+def test_downstream_of_stale_is_stale(repo_dag):
+    nodes, edges = repo_dag
+    plan = build_plan(nodes, edges, {"generate@mod-hard"})
+    assert plan.order == ["generate@mod-hard", "train@mod-hard-p405k", "extract@mod-hard-p405k",
+                          "measure@mod-hard-p405k", "events"]
+    assert plan.upstream["train@mod-hard-p405k"] == ["generate@mod-hard"]
+    assert plan.upstream["events"] == ["measure@mod-hard-p405k"]  # only stale upstreams are waited on
+
+
+def test_targets_limit_to_ancestors(repo_dag):
+    nodes, edges = repo_dag
+    plan = build_plan(nodes, edges, set(nodes), targets=["measure@copy-easy-p405k"])
+    assert plan.order == ["generate@copy-easy", "train@copy-easy-p405k", "extract@copy-easy-p405k",
+                          "measure@copy-easy-p405k"]
+    assert len(build_plan(nodes, edges, {"generate@mul-hard"}, targets=["events"])) == 0
+    with pytest.raises(PipelineError, match="unknown stage 'nope'"):
+        build_plan(nodes, edges, set(), targets=["nope"])
+
+
+def test_cycle_is_an_error():
+    with pytest.raises(PipelineError, match="cycle"):
+        build_plan(["a", "b"], [("a", "b"), ("b", "a")], {"a"})
+
+
+def test_parse_status():
+    assert parse_status("{}\n") == set()
+    text = '{"train@a": [{"changed deps": {}}], "events": ["always changed"]}'
+    assert parse_status("WARNING: something\n" + text) == {"train@a", "events"}
+    with pytest.raises(PipelineError, match="dvc status"):
+        parse_status("no json here")
+
+
+def test_parse_dot_quoting_and_isolated_nodes():
+    nodes, edges = parse_dot('strict digraph {\n"a";\n"sub/dvc.yaml:b";\n"a" -> "sub/dvc.yaml:b";\n"c";\n}\n')
+    assert nodes == ["a", "sub/dvc.yaml:b", "c"] and edges == [("a", "sub/dvc.yaml:b")]
+
+
+def test_new_lock_entries_take_plan_order():
+    assert serial_key_order(["x", "c", "a", "b"], ["x"], ["a", "b", "c"]) == ["x", "a", "b", "c"]
+    assert serial_key_order(["b", "a"], ["b", "a"], ["a", "b"]) == ["b", "a"]  # existing stay put
+
+
+def test_dry_run_cli_prints_plan():
+    proc = subprocess.run([sys.executable, "-m", "stages.cluster", "repro", "--dry-run", "--workers", "0"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "'--workers' must be a positive integer" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "stages.cluster", "repro", "--dry-run", "nope"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: unknown stage 'nope' (not in 'dvc dag'; try 'dvc stage list')")
+
+
+def test_failure_names_stage_and_skips_downstream(monkeypatch, tmp_path):
+    from distributed import Client, LocalCluster
+
+    def fake(stage, root):
+        if stage == "a":
+            raise StageFailed("a", "stage 'a' failed (exit 1) after 0.0s:\nboom")
+        return {"stage": stage, "seconds": 0.0, "host": "h", "pid": 0}
+
+    monkeypatch.setattr("stages.cluster.execute.repro_stage", fake)
+    plan = build_plan(["a", "b", "c"], [("a", "b")], {"a", "b", "c"})
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        outcome = execute(plan, client, tmp_path, progress=lambda m: None)
+    assert [d["stage"] for d in outcome.done] == ["c"]
+    assert set(outcome.failed) == {"a"} and outcome.skipped == {"b": "a"}
+    with pytest.raises(PipelineError, match=r"(?s)stage 'a' failed.*boom.*skipped 1 downstream stage\(s\): b"):
+        raise_for(outcome)
