@@ -23,16 +23,19 @@ from stages.io.datasets import load_split
 from stages.io.hidden import schema, step_table
 from stages.training.device import resolve_device
 from stages.training.loop import sequences
+from stages.training.precision import autocast, resolve_precision
 
 POSITIONS = ("first", "all")
 
 
 @torch.no_grad()
-def hidden_at(model, seq: torch.Tensor, positions: list[int], batch_size: int) -> np.ndarray:
-    """``[n_layers + 1, n_samples * len(positions), d]``: rows ordered sample-major."""
+def hidden_at(model, seq: torch.Tensor, positions: list[int], batch_size: int,
+              precision: str = "fp32") -> np.ndarray:
+    """``[n_layers + 1, n_samples * len(positions), d]`` float32: rows ordered sample-major."""
     chunks = []
     for start in range(0, len(seq), batch_size):
-        _, states = model(seq[start:start + batch_size, :-1], hidden_states=True)
+        with autocast(seq.device, precision):
+            _, states = model(seq[start:start + batch_size, :-1], hidden_states=True)
         stacked = torch.stack([s[:, positions] for s in states])  # [L+1, b, P, d]
         chunks.append(stacked.reshape(stacked.shape[0], -1, stacked.shape[-1]).float().cpu())
     return torch.cat(chunks, dim=1).numpy()
@@ -48,6 +51,8 @@ def extract(task: str, level: str, model_name: str, params: dict, progress: bool
 
     ckpt_dir = paths.checkpoint_dir(rid)
     manifest = read_manifest(ckpt_dir)
+    precision = resolve_precision(cfg.get("precision", "auto"), device, manifest.get("n_params", 0),
+                                  "extract.precision")
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "test")
     prompt, answer = prompt[:probe_size], answer[:probe_size]
     prompt_len = meta["prompt_len"]
@@ -64,7 +69,7 @@ def extract(task: str, level: str, model_name: str, params: dict, progress: bool
     with atomic_path(out) as tmp, pq.ParquetWriter(tmp, sch) as writer:
         for step in tqdm(manifest["steps"], desc=f"extract {rid}", disable=not progress, mininterval=2):
             model = load_model(ckpt_dir, step, manifest, device)
-            states = hidden_at(model, seq, positions, batch_size)
+            states = hidden_at(model, seq, positions, batch_size, precision)
             writer.write_table(step_table(step, states, samples, pos_col, labels, sch))
     return str(out)
 

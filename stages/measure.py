@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from stages import paths
 from stages.cli import run_arguments
-from stages.config import fraction, get, load_params, positive_float, run_id
+from stages.config import fraction, get, load_params, positive_float, positive_int, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.hidden import hidden_manifest, iter_steps
 from stages.io.tables import read_csv, write_csv
@@ -29,6 +29,9 @@ def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
     train_fraction = fraction(get(params, "measures.probe.train_fraction"), "measures.probe.train_fraction")
     ridge = positive_float(get(params, "measures.probe.ridge"), "measures.probe.ridge")
     device = resolve_device(get(params, "measures.device", "auto"), "measures.device")
+    chunk = get(params, "measures.rankme_chunk", None)  # matrices per SVD call; default from a memory budget
+    if chunk is not None:
+        chunk = positive_int(chunk, "measures.rankme_chunk")
     history = read_csv(paths.history_file(rid))
     if not {"step", "test_acc"} <= set(history.columns):
         raise PipelineError(f"corrupt table: {paths.history_file(rid)} (needs columns step, test_acc)")
@@ -39,8 +42,8 @@ def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
     for step, layers in tqdm(iter_steps(paths.hidden_file(rid)), desc=f"measure {rid}", disable=not progress,
                              mininterval=2):
         order = sorted(layers)
-        stack = torch.as_tensor(np.stack([layers[l].vectors for l in order]), device=device)
-        ranks = rankme_batched(stack).cpu().numpy()
+        stack = torch.as_tensor(np.stack([layers[l].vectors for l in order]))
+        ranks = rankme_batched(stack, device=device, chunk=chunk).cpu().numpy()
         for l, r in zip(order, ranks):
             st = layers[l]
             mask = split_mask(st.samples, train_fraction)

@@ -25,11 +25,12 @@ from stages.models import GPT, PRESETS, model_config
 from stages.tasks import LEVELS, get_task
 from stages.training.device import resolve_device
 from stages.training.loop import TrainConfig, sequences, train
+from stages.training.precision import PRECISIONS, resolve_precision
 from stages.training.schedule import LR_SCHEDULES, checkpoint_steps
 
 TRAIN_KEYS = {"steps", "lr", "weight_decay", "batch_size", "warmup", "schedule", "min_lr_ratio", "betas",
               "grad_clip", "seed", "device", "n_checkpoints", "log_fraction", "log_until", "eval_batch_size",
-              "eval_train_max", "dropout"}
+              "eval_train_max", "dropout", "precision"}
 
 
 def resolve_train_params(params: dict, task: str, level: str) -> dict:
@@ -43,7 +44,7 @@ def resolve_train_params(params: dict, task: str, level: str) -> dict:
         if key not in TRAIN_KEYS:
             raise PipelineError(f"unknown key '{key}' in train.defaults or train.tasks.{task} "
                                 f"(known: {', '.join(sorted(TRAIN_KEYS))})")
-    missing = sorted(TRAIN_KEYS - set(merged) - {"dropout", "min_lr_ratio", "eval_train_max"})
+    missing = sorted(TRAIN_KEYS - set(merged) - {"dropout", "min_lr_ratio", "eval_train_max", "precision"})
     if missing:
         raise PipelineError(f"missing key 'train.defaults.{missing[0]}'")
     k = f"train (run {task}-{level})"
@@ -57,6 +58,7 @@ def resolve_train_params(params: dict, task: str, level: str) -> dict:
     fraction(merged.get("min_lr_ratio", 0.0), f"{k}.min_lr_ratio")
     fraction(merged.get("dropout", 0.0), f"{k}.dropout")
     choose(merged["schedule"], LR_SCHEDULES, f"{k}.schedule")
+    choose(merged.get("precision", "auto"), PRECISIONS, f"{k}.precision")
     if not isinstance(merged["seed"], int):
         raise PipelineError(f"'{k}.seed' must be an integer, got {merged['seed']!r}")
     return merged
@@ -80,6 +82,8 @@ def run(task: str, level: str, model_name: str, params: dict, progress: bool = T
     cfg = model_config(model_name, meta["vocab_size"], prompt_len + meta["answer_len"] - 1, hp.get("dropout", 0.0))
     torch.manual_seed(hp["seed"])
     model = GPT(cfg).to(device)
+    precision = resolve_precision(hp.get("precision", "auto"), device, model.num_params(),
+                                  "train.defaults.precision")
 
     out = paths.checkpoint_dir(rid)
     partial = out.with_name(f".{rid}.partial")
@@ -95,13 +99,14 @@ def run(task: str, level: str, model_name: str, params: dict, progress: bool = T
                        batch_size=hp["batch_size"], warmup=hp["warmup"], schedule=hp["schedule"],
                        min_lr_ratio=float(hp.get("min_lr_ratio", 0.0)), betas=tuple(hp["betas"]),
                        grad_clip=float(hp["grad_clip"]), seed=hp["seed"], eval_batch_size=hp["eval_batch_size"],
-                       checkpoints=steps)
+                       checkpoints=steps, precision=precision)
     clock = time.perf_counter()
     history = train(model, tcfg, sequences(train_p, train_a, device), sequences(test_p, test_a, device), prompt_len,
                     partial, progress=progress, eval_train_max=hp.get("eval_train_max", 4096))
     seconds = time.perf_counter() - clock
     manifest = {"run": rid, "task": task, "level": level, "model_name": model_name, "model": cfg.to_dict(),
                 "n_params": model.num_params(), "steps": steps, "train": hp, "device": str(device),
+                "precision": precision,
                 "dataset": meta, "seconds": seconds, "torch": torch.__version__}
     (partial / "run-config.json").unlink()
     write_manifest(partial, manifest)

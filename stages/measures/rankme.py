@@ -31,8 +31,23 @@ def rankme(z) -> float:
     return rankme_from_singular_values(s)
 
 
-def rankme_batched(z: torch.Tensor) -> torch.Tensor:
-    """RankMe of a stack ``[batch, n, d]`` in one call, on ``z``'s device (float32 SVD, float64 entropy)."""
-    s = torch.linalg.svdvals(z.float()).double()
-    p = s / s.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny) + EPS
-    return torch.exp(-(p * p.log()).sum(dim=-1))
+CHUNK_BYTES = 1 << 30  # float32 input per batched SVD call; the SVD workspace is of the same order
+
+
+def rankme_batched(z: torch.Tensor, device: torch.device | str | None = None, chunk: int | None = None) -> torch.Tensor:
+    """RankMe of a stack ``[batch, n, d]`` (float32 SVD, float64 entropy), computed on ``device``
+    (default: ``z``'s) in chunks of ``chunk`` matrices, by default as many as fit ``CHUNK_BYTES``, so
+    GPU memory stays bounded however many layers/checkpoints are stacked. Each matrix's value does
+    not depend on the chunking. Returns a float64 tensor on ``device``."""
+    device = torch.device(device) if device is not None else z.device
+    if z.dim() != 3:
+        raise ValueError(f"rankme_batched expects [batch, n, d], got shape {tuple(z.shape)}")
+    if chunk is None:
+        chunk = max(1, CHUNK_BYTES // max(1, z.shape[1] * z.shape[2] * 4))
+    out = []
+    for start in range(0, z.shape[0], chunk):
+        part = z[start:start + chunk].to(device=device, dtype=torch.float32)
+        s = torch.linalg.svdvals(part).double()
+        p = s / s.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny) + EPS
+        out.append(torch.exp(-(p * p.log()).sum(dim=-1)))
+    return torch.cat(out) if out else torch.empty(0, dtype=torch.float64, device=device)

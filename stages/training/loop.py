@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from stages.io.checkpoints import save_state, step_file
 from stages.models.gpt import GPT
+from stages.training.precision import autocast
 from stages.training.schedule import lr_at
 
 RESUME = "resume.pt"
@@ -32,6 +33,7 @@ class TrainConfig:
     seed: int = 0
     eval_batch_size: int = 4096
     checkpoints: list[int] = field(default_factory=list)
+    precision: str = "fp32"  # fp32 | bf16 (autocast; see stages.training.precision)
 
 
 def sequences(prompt: np.ndarray, answer: np.ndarray, device) -> torch.Tensor:
@@ -49,7 +51,8 @@ def answer_loss(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, seq: torch.Tensor, prompt_len: int, batch_size: int) -> tuple[float, float]:
+def evaluate(model: GPT, seq: torch.Tensor, prompt_len: int, batch_size: int,
+             precision: str = "fp32") -> tuple[float, float]:
     """(mean answer-token loss, exact-match accuracy); teacher-forced argmax over the answer
     equals greedy decoding whenever the whole answer is right, so this is exact match."""
     was_training = model.training
@@ -57,7 +60,8 @@ def evaluate(model: GPT, seq: torch.Tensor, prompt_len: int, batch_size: int) ->
     total_loss, correct = 0.0, 0
     for start in range(0, len(seq), batch_size):
         chunk = seq[start:start + batch_size]
-        logits = answer_logits(model, chunk, prompt_len)
+        with autocast(seq.device, precision):
+            logits = answer_logits(model, chunk, prompt_len).float()
         target = chunk[:, prompt_len:]
         total_loss += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="sum").item() / target.shape[1]
         correct += (logits.argmax(-1) == target).all(dim=1).sum().item()
@@ -105,8 +109,8 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
     step = start
     while True:
         if todo and step == todo[0]:
-            test_loss, test_acc = evaluate(model, test_seq, prompt_len, cfg.eval_batch_size)
-            train_loss_eval, train_acc = evaluate(model, eval_train, prompt_len, cfg.eval_batch_size)
+            test_loss, test_acc = evaluate(model, test_seq, prompt_len, cfg.eval_batch_size, cfg.precision)
+            train_loss_eval, train_acc = evaluate(model, eval_train, prompt_len, cfg.eval_batch_size, cfg.precision)
             history.append({"step": step, "train_loss": train_loss_eval, "batch_loss": last_loss,
                             "test_loss": test_loss, "test_acc": test_acc, "train_acc": train_acc,
                             "lr": lr_at(max(step - 1, 0), cfg.lr, cfg.steps, cfg.warmup, cfg.schedule, cfg.min_lr_ratio),
@@ -123,7 +127,8 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
             group["lr"] = lr_at(step, cfg.lr, cfg.steps, cfg.warmup, cfg.schedule, cfg.min_lr_ratio)
         idx = batch_indices(cfg.seed, step, len(train_seq), cfg.batch_size)
         batch = train_seq if idx is None else train_seq[torch.as_tensor(idx, device=train_seq.device)]
-        loss = answer_loss(model, batch, prompt_len)
+        with autocast(batch.device, cfg.precision):
+            loss = answer_loss(model, batch, prompt_len)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip:
