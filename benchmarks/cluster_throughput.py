@@ -108,13 +108,18 @@ def repro_times(steps: int, workers: int, targets: list[str]) -> tuple[float, fl
         for dest in (serial, parallel):
             dest.mkdir()
             workspace_copy(dest, steps)
-        clock = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "dvc", "repro", "-q", *targets], cwd=serial, env=env, check=True)
-        serial_s = time.perf_counter() - clock
-        clock = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "stages.cluster", "repro", "--workers", str(workers), *targets],
-                       cwd=parallel, env=env, check=True, stderr=subprocess.DEVNULL)
-        return serial_s, time.perf_counter() - clock
+        serial_s = _timed_run([sys.executable, "-m", "dvc", "repro", *targets], serial, env)
+        cluster_s = _timed_run([sys.executable, "-m", "stages.cluster", "repro", "--workers", str(workers),
+                                *targets], parallel, env)
+        return serial_s, cluster_s
+
+
+def _timed_run(cmd: list[str], cwd: Path, env: dict) -> float:
+    clock = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[2:])} failed in {cwd}:\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - clock
 
 
 def main() -> None:
