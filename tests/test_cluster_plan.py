@@ -99,7 +99,7 @@ def test_failure_names_stage_and_skips_downstream(monkeypatch, tmp_path):
 
     monkeypatch.setattr("stages.cluster.execute.repro_stage", fake)
     plan = build_plan(["a", "b", "c"], [("a", "b")], {"a", "b", "c"})
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         outcome = execute(plan, client, tmp_path, progress=lambda m: None)
     assert [d["stage"] for d in outcome.done] == ["c"]

@@ -55,7 +55,7 @@ def open_client(spec: ClusterSpec):
         cluster.scale(jobs=spec.jobs or spec.workers)
     else:
         cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=False,
-                               dashboard_address=None)
+                               dashboard_address=":0")
     with cluster, Client(cluster) as client:
         yield client
 

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,14 +65,23 @@ def execute(plan: Plan, client, root: str | os.PathLike, progress=print) -> Outc
     A failing stage does not stop independent branches (their finished work is recorded in
     dvc.lock); its downstream stages are skipped. Returns what happened; see :func:`raise_for`.
     """
+    import cloudpickle
     from distributed import as_completed
 
+    import stages.cluster.dag
+    import stages.cluster.execute
+
+    # Ship this code to the workers by value: workers started elsewhere (--scheduler, SLURM) need
+    # only Python with DVC and dask, not this package on their import path.
+    for module in (stages.cluster.dag, stages.cluster.execute):
+        cloudpickle.register_pickle_by_value(module)
     root = str(Path(root).resolve())
+    token = uuid.uuid4().hex[:8]
     futures = {}
     for stage in plan.order:
         ups = [futures[u] for u in plan.upstream[stage]]
         # Upstream futures as extra arguments: Dask starts the task only after they succeed.
-        futures[stage] = client.submit(_after, stage, root, *ups, key=f"dvc-repro-{stage}", pure=False)
+        futures[stage] = client.submit(_after, stage, root, *ups, key=f"dvc-repro-{stage}-{token}", pure=False)
     owner = {f.key: s for s, f in futures.items()}
     done, failed, skipped = [], {}, {}
     total = len(plan.order)
