@@ -6,7 +6,7 @@ import pytest
 
 from conftest import ROOT
 from stages.cluster import dag
-from stages.cluster.dag import build_plan, parse_dot, parse_status
+from stages.cluster.dag import build_plan, chains, parse_dot, parse_status, task_graph
 from stages.cluster.execute import StageFailed, execute, raise_for
 from stages.cluster.lockorder import serial_key_order
 from stages.errors import PipelineError
@@ -56,6 +56,30 @@ def test_targets_limit_to_ancestors(repo_dag):
         build_plan(nodes, edges, set(), targets=["nope"])
 
 
+def test_chains_of_the_default_grid(repo_dag):
+    nodes, edges = repo_dag
+    plan = build_plan(nodes, edges, set(nodes), targets=["events"])
+    tasks = task_graph(plan)
+    assert len(tasks) == 5 and tasks[-1] == (["events"], [0, 1, 2, 3])
+    assert tasks[0] == (["generate@copy-easy", "train@copy-easy-p405k", "extract@copy-easy-p405k",
+                         "measure@copy-easy-p405k"], [])
+    assert [g for g, _ in task_graph(plan, chains_on=False)] == [[s] for s in plan.order]
+
+
+def test_chains_never_delay_a_stage():
+    # one dataset, two models: the dataset feeds both runs, so it stays alone and the runs stay parallel
+    nodes = ["g", "t1", "t2", "x1", "x2", "m1", "m2", "ev"]
+    edges = [("g", "t1"), ("g", "t2"), ("g", "x1"), ("g", "x2"), ("t1", "x1"), ("t2", "x2"), ("t1", "m1"),
+             ("x1", "m1"), ("t2", "m2"), ("x2", "m2"), ("m1", "ev"), ("m2", "ev")]
+    plan = build_plan(nodes, edges, set(nodes))
+    assert chains(plan) == [["g"], ["t1", "x1", "m1"], ["t2", "x2", "m2"], ["ev"]]
+    # a side branch off the middle of a chain would wait for the chain's end: not merged
+    plan = build_plan(["a", "b", "c", "d"], [("a", "b"), ("b", "c"), ("a", "d")], {"a"})
+    assert chains(plan) == [["a"], ["b", "c"], ["d"]]
+    plan = build_plan(["a", "b", "c"], [("a", "b"), ("b", "c")], {"a"})
+    assert chains(plan) == [["a", "b", "c"]]
+
+
 def test_cycle_is_an_error():
     with pytest.raises(PipelineError, match="cycle"):
         build_plan(["a", "b"], [("a", "b"), ("b", "a")], {"a"})
@@ -92,17 +116,17 @@ def test_dry_run_cli_prints_plan():
 def test_failure_names_stage_and_skips_downstream(monkeypatch, tmp_path):
     from distributed import Client, LocalCluster
 
-    def fake(stage, root):
-        if stage == "a":
+    def fake(stages, root):
+        if stages == ["a"]:
             raise StageFailed("a", "stage 'a' failed (exit 1) after 0.0s:\nboom")
-        return {"stage": stage, "seconds": 0.0, "host": "h", "pid": 0}
+        return {"stages": stages, "seconds": 0.0, "host": "h", "pid": 0}
 
-    monkeypatch.setattr("stages.cluster.execute.repro_stage", fake)
+    monkeypatch.setattr("stages.cluster.execute.repro_stages", fake)
     plan = build_plan(["a", "b", "c"], [("a", "b")], {"a", "b", "c"})
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
-        outcome = execute(plan, client, tmp_path, progress=lambda m: None)
-    assert [d["stage"] for d in outcome.done] == ["c"]
+        outcome = execute(plan, client, tmp_path, progress=lambda m: None, chains=False)
+    assert [d["stages"] for d in outcome.done] == [["c"]]
     assert set(outcome.failed) == {"a"} and outcome.skipped == {"b": "a"}
     with pytest.raises(PipelineError, match=r"(?s)stage 'a' failed.*boom.*skipped 1 downstream stage\(s\): b"):
         raise_for(outcome)

@@ -25,14 +25,14 @@ from stages.errors import PipelineError, main_guard
 
 
 def repro(root: str | Path, spec: ClusterSpec, targets: list[str] | None = None, dry_run: bool = False,
-          progress=log) -> int:
+          progress=log, chains: bool = True) -> int:
     """Run the plan; return the number of stages run. Raises PipelineError on failure."""
     root = Path(root).resolve()
     if not (root / "dvc.yaml").is_file():
         raise PipelineError(f"missing file: {root / 'dvc.yaml'} (run from the repository root or pass --root)")
     plan = read_plan(root, targets)
     if dry_run:
-        print(plan.describe() if len(plan) else "nothing to reproduce: every stage is up to date")
+        print(plan.describe(chains) if len(plan) else "nothing to reproduce: every stage is up to date")
         return 0
     if not len(plan):
         progress("nothing to reproduce: every stage is up to date")
@@ -42,7 +42,7 @@ def repro(root: str | Path, spec: ClusterSpec, targets: list[str] | None = None,
     clock = time.perf_counter()
     progress(f"reproducing {len(plan)} stage(s) on {_where(spec)}")
     with open_client(spec) as client:
-        outcome = execute(plan, client, root, progress)
+        outcome = execute(plan, client, root, progress, chains)
     if restore_serial_order(root, before, plan.order):
         progress("dvc.lock: new entries put in serial order")
     raise_for(outcome)
@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--root", default=".", help="repository root (default: current directory)")
     r.add_argument("--workers", type=int, default=2, help="local workers, or SLURM jobs without --jobs")
     r.add_argument("--dry-run", action="store_true", help="print the plan in order and exit")
+    r.add_argument("--no-chains", action="store_true",
+                   help="one dvc process per stage (default: a chain such as train -> extract -> measure "
+                        "of one run shares one, when that delays nothing)")
     where = r.add_mutually_exclusive_group()
     where.add_argument("--scheduler", metavar="ADDRESS", help="use a running dask scheduler")
     where.add_argument("--slurm", action="store_true", help="start workers as SLURM jobs (dask-jobqueue)")
@@ -90,7 +93,7 @@ def main(argv=None) -> None:
                        cores=args.cores, memory=args.memory, jobs=args.jobs, walltime=args.walltime,
                        job_extra=args.job_extra)
     spec.validate()
-    repro(args.root, spec, args.targets or None, args.dry_run)
+    repro(args.root, spec, args.targets or None, args.dry_run, chains=not args.no_chains)
 
 
 if __name__ == "__main__":

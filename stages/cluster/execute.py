@@ -1,7 +1,8 @@
-"""Run a :class:`~stages.cluster.dag.Plan` on Dask: one task per stage, each starting as soon as
-its stale upstream stages have finished.
+"""Run a :class:`~stages.cluster.dag.Plan` on Dask: one task per stage (or per chain of stages,
+see :func:`~stages.cluster.dag.chains`), each starting as soon as its upstream tasks finished.
 
-Each task runs ``dvc --wait-for-lock repro --single-item STAGE`` in the shared workspace. DVC
+Each task runs ``dvc --wait-for-lock repro --single-item STAGE [STAGE ...]`` in the shared
+workspace. DVC
 holds its repository lock only while it checks and records a stage; it releases the lock while
 the stage's command runs (``dvc.stage.run``: ``unlocked_repo(cmd_run)``), guarding the stage's own
 deps/outs with its per-path rwlock instead. So stages with disjoint outputs really run at the same
@@ -18,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from stages.cluster.dag import Plan, dvc_command, dvc_env
+from stages.cluster.dag import Plan, dvc_command, dvc_env, task_graph
 from stages.errors import PipelineError
 
 TAIL_LINES = 20
@@ -36,16 +37,19 @@ class StageFailed(Exception):
         return self.message
 
 
-def repro_stage(stage: str, root: str) -> dict:
-    """Worker task: reproduce one stage in the workspace ``root``; raise :class:`StageFailed`."""
+def repro_stages(stages: list[str], root: str) -> dict:
+    """Worker task: reproduce ``stages`` in this order in the workspace ``root`` with one
+    ``dvc repro --single-item``; raise :class:`StageFailed` naming them, with DVC's output tail."""
     clock = time.perf_counter()
-    proc = subprocess.run(dvc_command("--wait-for-lock", "repro", "--single-item", stage), cwd=root,
+    proc = subprocess.run(dvc_command("--wait-for-lock", "repro", "--single-item", *stages), cwd=root,
                           env=dvc_env(), capture_output=True, text=True)
     seconds = time.perf_counter() - clock
+    label = " -> ".join(stages)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr.strip() or proc.stdout.strip()).splitlines()[-TAIL_LINES:])
-        raise StageFailed(stage, f"stage '{stage}' failed (exit {proc.returncode}) after {seconds:.1f}s:\n{tail}")
-    return {"stage": stage, "seconds": seconds, "host": os.uname().nodename, "pid": os.getpid()}
+        which = "stage" if len(stages) == 1 else "chain"
+        raise StageFailed(label, f"{which} '{label}' failed (exit {proc.returncode}) after {seconds:.1f}s:\n{tail}")
+    return {"stages": list(stages), "seconds": seconds, "host": os.uname().nodename, "pid": os.getpid()}
 
 
 @dataclass
@@ -59,8 +63,8 @@ class Outcome:
         return not self.failed and not self.skipped
 
 
-def execute(plan: Plan, client, root: str | os.PathLike, progress=print) -> Outcome:
-    """Submit every stage with its upstream futures as dependencies and wait for all of them.
+def execute(plan: Plan, client, root: str | os.PathLike, progress=print, chains: bool = True) -> Outcome:
+    """Submit every task with its upstream futures as dependencies and wait for all of them.
 
     A failing stage does not stop independent branches (their finished work is recorded in
     dvc.lock); its downstream stages are skipped. Returns what happened; see :func:`raise_for`.
@@ -77,20 +81,22 @@ def execute(plan: Plan, client, root: str | os.PathLike, progress=print) -> Outc
         cloudpickle.register_pickle_by_value(module)
     root = str(Path(root).resolve())
     token = uuid.uuid4().hex[:8]
-    futures = {}
-    for stage in plan.order:
-        ups = [futures[u] for u in plan.upstream[stage]]
+    futures, labels = [], {}
+    for stages, after in task_graph(plan, chains):
+        ups = [futures[j] for j in after]
         # Upstream futures as extra arguments: Dask starts the task only after they succeed.
-        futures[stage] = client.submit(_after, stage, root, *ups, key=f"dvc-repro-{stage}-{token}", pure=False)
-    owner = {f.key: s for s, f in futures.items()}
+        future = client.submit(_after, stages, root, *ups, key=f"dvc-repro-{stages[0]}-{token}", pure=False)
+        futures.append(future)
+        labels[future.key] = " -> ".join(stages)
     done, failed, skipped = [], {}, {}
-    total = len(plan.order)
-    for future in as_completed(list(futures.values())):
-        stage = owner[future.key]
+    total, finished = len(plan.order), 0
+    for future in as_completed(futures):
+        stage = labels[future.key]
         if future.status == "finished":
             info = future.result()
             done.append(info)
-            progress(f"[{len(done)}/{total}] {stage} done in {info['seconds']:.1f}s on {info['host']}")
+            finished += len(info["stages"])
+            progress(f"[{finished}/{total}] {stage} done in {info['seconds']:.1f}s on {info['host']}")
             continue
         exc = future.exception()
         culprit = getattr(exc, "stage", None)
@@ -103,8 +109,8 @@ def execute(plan: Plan, client, root: str | os.PathLike, progress=print) -> Outc
     return Outcome(done, failed, skipped)
 
 
-def _after(stage: str, root: str, *upstream_results) -> dict:
-    return repro_stage(stage, root)
+def _after(stages: list[str], root: str, *upstream_results) -> dict:
+    return repro_stages(stages, root)
 
 
 def raise_for(outcome: Outcome) -> None:
