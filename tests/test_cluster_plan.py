@@ -89,6 +89,7 @@ def test_parse_status():
     assert parse_status("{}\n") == set()
     text = '{"train@a": [{"changed deps": {}}], "events": ["always changed"]}'
     assert parse_status("WARNING: something\n" + text) == {"train@a", "events"}
+    assert parse_status(text, ignore_always_changed=True) == {"train@a"}
     with pytest.raises(PipelineError, match="dvc status"):
         parse_status("no json here")
 

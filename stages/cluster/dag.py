@@ -65,8 +65,11 @@ def parse_dot(text: str) -> tuple[list[str], list[tuple[str, str]]]:
     return nodes, edges
 
 
-def parse_status(text: str) -> set[str]:
-    """Stage names that ``dvc status --json`` reports as changed ({} when everything is up to date)."""
+def parse_status(text: str, ignore_always_changed: bool = False) -> set[str]:
+    """Stage names that ``dvc status --json`` reports as changed ({} when everything is up to date).
+
+    With ``ignore_always_changed``, stages reported only as ``always changed`` (``always_changed:
+    true`` in dvc.yaml: DVC lists them after every run) are left out."""
     start = text.find("{")
     if start < 0:
         raise PipelineError(f"unexpected 'dvc status --json' output: {text.strip()[:200]!r}")
@@ -74,6 +77,8 @@ def parse_status(text: str) -> set[str]:
         data = json.loads(text[start:])
     except json.JSONDecodeError as exc:
         raise PipelineError(f"unexpected 'dvc status --json' output ({exc})") from None
+    if ignore_always_changed:
+        return {k for k, v in data.items() if v != ["always changed"]}
     return set(data)
 
 
