@@ -131,3 +131,27 @@ def test_failure_names_stage_and_skips_downstream(monkeypatch, tmp_path):
     assert set(outcome.failed) == {"a"} and outcome.skipped == {"b": "a"}
     with pytest.raises(PipelineError, match=r"(?s)stage 'a' failed.*boom.*skipped 1 downstream stage\(s\): b"):
         raise_for(outcome)
+
+
+def test_slurm_job_script(monkeypatch):
+    pytest.importorskip("dask_jobqueue")
+    from stages.cluster.backends import ClusterSpec, _slurm_cluster
+
+    spec = ClusterSpec(slurm=True, queue="gpu", cores=4, memory="8GB", walltime="01:00:00",
+                       job_extra=["--gres=gpu:1"])
+    cluster = _slurm_cluster(spec)
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    assert "#SBATCH -p gpu" in script and "#SBATCH --gres=gpu:1" in script and "#SBATCH -t 01:00:00" in script
+
+
+def test_slurm_without_jobqueue_is_a_clear_error(monkeypatch):
+    from stages.cluster.backends import ClusterSpec, _slurm_cluster
+
+    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)
+    with pytest.raises(PipelineError, match=r"'--slurm' needs dask-jobqueue"):
+        _slurm_cluster(ClusterSpec(slurm=True))
+    with pytest.raises(PipelineError, match="choose one of --scheduler and --slurm"):
+        ClusterSpec(slurm=True, scheduler="tcp://x:1").validate()
