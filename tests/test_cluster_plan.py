@@ -155,3 +155,17 @@ def test_slurm_without_jobqueue_is_a_clear_error(monkeypatch):
         _slurm_cluster(ClusterSpec(slurm=True))
     with pytest.raises(PipelineError, match="choose one of --scheduler and --slurm"):
         ClusterSpec(slurm=True, scheduler="tcp://x:1").validate()
+
+
+def test_external_scheduler_runs_the_plan(monkeypatch, tmp_path):
+    from distributed import LocalCluster
+
+    from stages.cluster.backends import ClusterSpec, open_client
+
+    monkeypatch.setattr("stages.cluster.execute.repro_stages",
+                        lambda stages, root: {"stages": stages, "seconds": 0.0, "host": "h", "pid": 0})
+    plan = build_plan(["a", "b"], [("a", "b")], {"a"})
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        with open_client(ClusterSpec(scheduler=cluster.scheduler_address)) as client:
+            outcome = execute(plan, client, tmp_path, progress=lambda m: None)
+    assert outcome.ok and [d["stages"] for d in outcome.done] == [["a", "b"]]
