@@ -72,22 +72,21 @@ def execute(plan: Plan, client, root: str | os.PathLike, progress=print, chains:
     import cloudpickle
     from distributed import as_completed
 
-    import stages.cluster.dag
-    import stages.cluster.execute
+    from stages.cluster import dag as dag_module
 
     # Ship this code to the workers by value: workers started elsewhere (--scheduler, SLURM) need
     # only Python with DVC and dask, not this package on their import path.
-    for module in (stages.cluster.dag, stages.cluster.execute):
+    for module in (dag_module, sys.modules[__name__]):
         cloudpickle.register_pickle_by_value(module)
     root = str(Path(root).resolve())
     token = uuid.uuid4().hex[:8]
     futures, labels = [], {}
-    for stages, after in task_graph(plan, chains):
+    for group, after in task_graph(plan, chains):
         ups = [futures[j] for j in after]
         # Upstream futures as extra arguments: Dask starts the task only after they succeed.
-        future = client.submit(_after, stages, root, *ups, key=f"dvc-repro-{stages[0]}-{token}", pure=False)
+        future = client.submit(_after, group, root, *ups, key=f"dvc-repro-{group[0]}-{token}", pure=False)
         futures.append(future)
-        labels[future.key] = " -> ".join(stages)
+        labels[future.key] = " -> ".join(group)
     done, failed, skipped = [], {}, {}
     total, finished = len(plan.order), 0
     for future in as_completed(futures):
@@ -114,7 +113,7 @@ def _after(stages: list[str], root: str, *upstream_results) -> dict:
 
 
 def raise_for(outcome: Outcome) -> None:
-    """A one-line-per-stage error naming every failed stage, its output tail and what was skipped."""
+    """One error naming every failed stage (with its output tail) and the stages skipped because of it."""
     if outcome.ok:
         return
     parts = [msg for msg in outcome.failed.values()]
