@@ -106,9 +106,9 @@ def chains(plan: Plan) -> list[list[str]]:
 
     A stage joins a chain when each of its upstream stages is in the chain or already finished
     before the chain starts (upstream of its first stage), and every other stage waiting on the
-    chain depends on it anyway; so merging never delays a stage, it
-    only saves DVC start-ups (about a second of CPU each). For the default grid each run's
-    generate -> train -> extract -> measure becomes one chain and the runs stay parallel.
+    chain depends on it anyway. So merging never delays a stage; it only saves DVC start-ups
+    (about a second of CPU each). For the default grid each run's generate -> train -> extract
+    -> measure becomes one chain and the runs stay parallel.
     """
     children: dict[str, list[str]] = {s: [] for s in plan.order}
     for s in plan.order:
