@@ -3,13 +3,13 @@ the local learning coefficient (LLC) at selected checkpoints of one run.
 
 Reads ``data/checkpoints/<run>/``, ``data/datasets/<task>-<level>/train.parquet`` and
 ``data/history/<run>.csv``; writes ``data/landscape/<run>.csv`` (one row per measured checkpoint:
-run, step, test_acc, n_params, grad_erank, gradcov_rank, hessian_top1..k, llc, llc_std, init_loss
-and the seconds each measure took) and the plot table ``plots/landscape/<run>.csv``.
+run, step, test_acc, n_params, grad_erank, gradcov_rank, hessian_top1..k, llc, llc_std, init_loss)
+and the plot table ``plots/landscape/<run>.csv``. No wall-clock time goes into the outputs, so a
+rerun reproduces them byte for byte; ``benchmarks/measure_cost.py`` measures the cost.
 All costs are set in ``params.yaml: landscape`` (see README); every sample is seeded.
 """
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pandas as pd
@@ -89,27 +89,21 @@ def measure_checkpoint(model, data: dict, prompt_len: int, p: dict) -> dict:
     row: dict = {}
     loss = lambda m, rows: answer_loss(m, rows, prompt_len)  # noqa: E731
     if {"grad_erank", "gradcov_rank"} & set(p["measures"]):
-        clock = time.perf_counter()
         grads = per_example_gradients(model, data["grad"], prompt_len, chunk=p["grad_chunk"],
                                       sketch_dim=p["sketch_dim"], seed=p["seed"])
         if "grad_erank" in p["measures"]:
             row["grad_erank"] = gradient_effective_rank(grads)
         if "gradcov_rank" in p["measures"]:
             row["gradcov_rank"] = gradient_covariance_rank(grads, p["cov_rtol"])
-        row["grad_seconds"] = time.perf_counter() - clock
     if "hessian" in p["measures"]:
-        clock = time.perf_counter()
         vals = hessian_top_eigenvalues(model, lambda m: loss(m, data["hessian"]), k=p["hessian_k"],
                                        tol=p["hessian_tol"], maxiter=p["hessian_maxiter"], seed=p["seed"])
         row.update({f"hessian_top{i + 1}": float(v) for i, v in enumerate(vals)})
-        row["hessian_seconds"] = time.perf_counter() - clock
     if "llc" in p["measures"]:
-        clock = time.perf_counter()
         res = estimate_llc(model, loss, data["llc"], lr=p["llc_lr"], gamma=p["llc_gamma"], nbeta=p["llc_nbeta"],
                            chains=p["llc_chains"], draws=p["llc_draws"], burn_in=p["llc_burn_in"],
                            batch_size=p["llc_batch"], seed=p["seed"])
         row.update(llc=res.llc, llc_std=res.llc_std, init_loss=res.init_loss)
-        row["llc_seconds"] = time.perf_counter() - clock
     return row
 
 

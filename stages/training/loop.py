@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,7 +102,6 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
     done = {row["step"] for row in history}
     todo = sorted(s for s in cfg.checkpoints if s >= start and s not in done)
     last_loss = float("nan")
-    clock = time.perf_counter()
     model.train()
     bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc=out_dir.name, unit="step", mininterval=2)
     step = start
@@ -113,8 +111,7 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
             train_loss_eval, train_acc = evaluate(model, eval_train, prompt_len, cfg.eval_batch_size, cfg.precision)
             history.append({"step": step, "train_loss": train_loss_eval, "batch_loss": last_loss,
                             "test_loss": test_loss, "test_acc": test_acc, "train_acc": train_acc,
-                            "lr": lr_at(max(step - 1, 0), cfg.lr, cfg.steps, cfg.warmup, cfg.schedule, cfg.min_lr_ratio),
-                            "seconds": time.perf_counter() - clock})
+                            "lr": lr_at(max(step - 1, 0), cfg.lr, cfg.steps, cfg.warmup, cfg.schedule, cfg.min_lr_ratio)})
             save_state(model, step_file(out_dir, step))
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "history": history, "step": step},
                        out_dir / (RESUME + ".tmp"))
