@@ -109,7 +109,7 @@ def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.Da
                 positions = np.asarray([len(tokenizer(c, add_special_tokens=False)["input_ids"])
                                         for c in probe["context"]])
                 writer.write_table(step_table(step, states, samples, positions, probe["label"].to_numpy(), sch))
-                ranks = rankme_batched(torch.as_tensor(states)).numpy()
+                ranks = rankme_batched(torch.as_tensor(states), device=device).cpu().numpy()
                 for layer, r in enumerate(ranks):
                     rows.append({"run": rid, "step": step, "layer": layer, "rankme": float(r),
                                  "probe_acc": probe_accuracy(states[layer], probe["label"].to_numpy(), mask, ridge),
