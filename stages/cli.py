@@ -1,15 +1,13 @@
-"""Command-line arguments shared by the per-run stages."""
+"""Command-line arguments shared by the stages: the matrix keys dvc.yaml passes, and ``--params``."""
 from __future__ import annotations
 
 import argparse
 
 
-def run_arguments(description: str, argv=None, model: bool = True) -> argparse.Namespace:
-    """``--task --level [--model] [--params]`` as used by every matrix stage in dvc.yaml."""
+def stage_arguments(description: str, argv=None, *keys: str) -> argparse.Namespace:
+    """Parse ``--<key>`` (each required) for every name in ``keys``, plus an optional ``--params``."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--level", required=True)
-    if model:
-        parser.add_argument("--model", required=True)
+    for key in keys:
+        parser.add_argument(f"--{key}", required=True)
     parser.add_argument("--params", default=None, help="params file (default: params.yaml)")
     return parser.parse_args(argv)

@@ -6,12 +6,12 @@ Reads ``data/measures/<run>.csv`` for every run of the grid in params.yaml and w
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 
 import numpy as np
 import pandas as pd
 
+from stages.cli import stage_arguments
 from stages import paths
 from stages.analysis.cross_scale import cross_scale
 from stages.analysis.events import acquisition_step, find_dip, layer_order
@@ -129,9 +129,7 @@ def events(params: dict) -> dict:
 
 @main_guard
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--params", default=None)
-    args = parser.parse_args(argv)
+    args = stage_arguments(__doc__, argv)
     params = load_params(args.params)
     metrics = events(params)
     from stages.analysis.figures import trajectories_figure

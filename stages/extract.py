@@ -14,7 +14,7 @@ import torch
 from tqdm import tqdm
 
 from stages import paths
-from stages.cli import run_arguments
+from stages.cli import stage_arguments
 from stages.config import choose, get, load_params, positive_int, run_id
 from stages.errors import main_guard
 from stages.io.atomic import atomic_path
@@ -76,7 +76,7 @@ def extract(task: str, level: str, model_name: str, params: dict, progress: bool
 
 @main_guard
 def main(argv=None) -> None:
-    args = run_arguments(__doc__, argv)
+    args = stage_arguments(__doc__, argv, "task", "level", "model")
     print(extract(args.task, args.level, args.model, load_params(args.params)))
 
 

@@ -8,10 +8,10 @@ weights stay in the HF cache; downstream stages depend on the manifest only.
 """
 from __future__ import annotations
 
-import argparse
 
 from tqdm import tqdm
 
+from stages.cli import stage_arguments
 from stages.config import choose, get, load_params
 from stages.errors import main_guard
 from stages.pythia import hub, settings
@@ -31,10 +31,7 @@ def fetch(model: str, params: dict, progress: bool = True) -> dict:
 
 @main_guard
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--params", default=None)
-    args = parser.parse_args(argv)
+    args = stage_arguments(__doc__, argv, "model")
     manifest = fetch(args.model, load_params(args.params))
     hub.write_manifest(manifest_file(args.model), manifest)
     print(f"{manifest_file(args.model)}: {manifest['repo_id']}, {len(manifest['revisions'])} revisions")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 from stages import paths
-from stages.cli import run_arguments
+from stages.cli import stage_arguments
 from stages.config import get, load_params, positive_int
 from stages.errors import PipelineError, main_guard
 from stages.io.datasets import write_dataset
@@ -30,7 +30,7 @@ def generate(task: str, level: str, params: dict) -> Dataset:
 
 @main_guard
 def main(argv=None) -> None:
-    args = run_arguments(__doc__, argv, model=False)
+    args = stage_arguments(__doc__, argv, "task", "level")
     ds = generate(args.task, args.level, load_params(args.params))
     out = paths.dataset_dir(args.task, args.level)
     write_dataset(ds, out)

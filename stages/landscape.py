@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from stages import paths
-from stages.cli import run_arguments
+from stages.cli import stage_arguments
 from stages.config import choose, fraction, get, load_params, positive_float, positive_int, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.checkpoints import load_model, read_manifest
@@ -156,7 +156,7 @@ def plot_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 @main_guard
 def main(argv=None) -> None:
-    args = run_arguments(__doc__, argv)
+    args = stage_arguments(__doc__, argv, "task", "level", "model")
     rid = run_id(args.task, args.level, args.model)
     frame = landscape(args.task, args.level, args.model, load_params(args.params))
     write_csv(frame, paths.landscape_file(rid))

@@ -14,7 +14,7 @@ import torch
 from tqdm import tqdm
 
 from stages import paths
-from stages.cli import run_arguments
+from stages.cli import stage_arguments
 from stages.config import fraction, get, load_params, positive_float, positive_int, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.hidden import hidden_manifest, iter_steps
@@ -66,7 +66,7 @@ def trajectory(frame: pd.DataFrame) -> pd.DataFrame:
 
 @main_guard
 def main(argv=None) -> None:
-    args = run_arguments(__doc__, argv)
+    args = stage_arguments(__doc__, argv, "task", "level", "model")
     rid = run_id(args.task, args.level, args.model)
     frame = measure(rid, load_params(args.params))
     write_csv(frame, paths.measures_file(rid))

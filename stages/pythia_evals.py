@@ -5,8 +5,8 @@ Deterministic from ``pythia.evals.seed``: ``data/pythia/evals.parquet`` holds on
 """
 from __future__ import annotations
 
-import argparse
 
+from stages.cli import stage_arguments
 from stages.config import get, load_params, positive_int
 from stages.errors import main_guard
 from stages.pythia import evalsets
@@ -21,9 +21,7 @@ def build(params: dict):
 
 @main_guard
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--params", default=None)
-    args = parser.parse_args(argv)
+    args = stage_arguments(__doc__, argv)
     frame = build(load_params(args.params))
     evalsets.write(frame, EVALS_FILE)
     print(f"{EVALS_FILE}: {len(frame)} items in {frame['eval_set'].nunique()} sets")

@@ -14,7 +14,6 @@ Writes, for run ``pythia-lm-<model>``:
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -25,6 +24,7 @@ from tqdm import tqdm
 from transformers.utils import logging as hf_logging
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from stages.cli import stage_arguments
 from stages import paths
 from stages.config import fraction, get, load_params, positive_float, positive_int
 from stages.errors import PipelineError, main_guard
@@ -123,10 +123,7 @@ def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.Da
 
 @main_guard
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--params", default=None)
-    args = parser.parse_args(argv)
+    args = stage_arguments(__doc__, argv, "model")
     rid = pythia_run_id(args.model)
     frame, acc = measure(args.model, load_params(args.params))
     write_csv(acc, accuracy_file(rid))

@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from stages import paths
-from stages.cli import run_arguments
+from stages.cli import stage_arguments
 from stages.config import choose, fraction, get, load_params, positive_float, positive_int, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.checkpoints import write_manifest
@@ -125,7 +125,7 @@ def _fingerprint(hp: dict, cfg, meta: dict) -> str:
 
 @main_guard
 def main(argv=None) -> None:
-    args = run_arguments(__doc__, argv)
+    args = stage_arguments(__doc__, argv, "task", "level", "model")
     clock = time.perf_counter()
     manifest = run(args.task, args.level, args.model, load_params(args.params))
     print(f"{manifest['run']}: {manifest['n_params']} params, {len(manifest['steps'])} checkpoints, "

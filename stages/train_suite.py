@@ -8,7 +8,6 @@ word-level tokenizer, at the profile's Pythia-style revisions ``stepN`` into
 """
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import torch
 from tqdm import tqdm
 from transformers.utils import logging as hf_logging
 
+from stages.cli import stage_arguments
 from stages.config import get, load_params, positive_float
 from stages.errors import PipelineError, main_guard
 from stages.io.atomic import atomic_path
@@ -74,9 +74,7 @@ def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool =
 
 @main_guard
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--params", default=None)
-    args = parser.parse_args(argv)
+    args = stage_arguments(__doc__, argv)
     params = load_params(args.params)
     cache_dir = get(params, f"{KEY}.cache_dir")
     train = get(params, f"{KEY}.train")
