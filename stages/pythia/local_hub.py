@@ -20,6 +20,7 @@ from pathlib import Path
 
 from huggingface_hub.file_download import repo_folder_name
 
+from stages.io.atomic import write_text
 from stages.pythia.hub import file_digests
 
 LFS_SUFFIXES = (".safetensors", ".bin")
@@ -52,17 +53,10 @@ def publish(cache_dir: str | os.PathLike, repo_id: str, revision: str, save) -> 
             os.replace(Path(tmp) / commit, snapshot)
         trees = storage / "trees"
         trees.mkdir(exist_ok=True)
-        _write(trees / f"{commit}.json", json.dumps({"format_version": 1, "files": files}, indent=1, sort_keys=True))
+        write_text(trees / f"{commit}.json", json.dumps({"format_version": 1, "files": files}, indent=1, sort_keys=True))
     (storage / "refs").mkdir(exist_ok=True)
-    _write(storage / "refs" / revision, commit)
+    write_text(storage / "refs" / revision, commit)
     return commit
-
-
-def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def remove_repo(cache_dir: str | os.PathLike, repo_id: str) -> None:
