@@ -1,4 +1,4 @@
-"""Transitions of the landscape measures (issue 4) and whether each precedes acquisition.
+"""Transitions of the landscape measures and whether each precedes acquisition.
 
 Each measure has a direction, set in ``params.yaml: landscape_events.directions``:
 
