@@ -22,7 +22,8 @@ from stages.config import choose, fraction, get, load_params, positive_float, po
 from stages.errors import PipelineError, main_guard
 from stages.io.checkpoints import load_model, read_manifest
 from stages.io.datasets import load_split
-from stages.io.tables import read_csv, write_csv
+from stages.io.history import accuracy_by_step
+from stages.io.tables import write_csv
 from stages.measures.grad_cov import gradient_covariance_rank
 from stages.measures.grad_rank import gradient_effective_rank
 from stages.measures.hessian import hessian_top_eigenvalues
@@ -121,10 +122,7 @@ def landscape(task: str, level: str, model_name: str, params: dict, progress: bo
     if p["hessian_k"] >= manifest.get("n_params", np.inf):
         raise PipelineError(f"'landscape.hessian.k' ({p['hessian_k']}) must be below the model's parameter count")
     data = {"grad": seq[:p["grad_samples"]], "hessian": seq[:p["hessian_samples"]], "llc": seq[:p["llc_samples"]]}
-    history = read_csv(paths.history_file(rid))
-    if not {"step", "test_acc"} <= set(history.columns):
-        raise PipelineError(f"corrupt table: {paths.history_file(rid)} (needs columns step, test_acc)")
-    acc = dict(zip(history["step"].astype(int), history["test_acc"].astype(float)))
+    acc = accuracy_by_step(rid)
 
     rows = []
     bar = tqdm(select_steps(manifest["steps"], p["max_checkpoints"]), desc=f"landscape {rid}",

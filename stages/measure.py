@@ -7,18 +7,19 @@ and RankMe of the last layer relative to its value at the first checkpoint).
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
 
 from stages import paths
+from stages.analysis.trajectories import trajectory
 from stages.cli import stage_arguments
 from stages.config import fraction, get, load_params, positive_float, positive_int, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.hidden import hidden_manifest, iter_steps
-from stages.io.tables import read_csv, write_csv
+from stages.io.history import accuracy_by_step
+from stages.io.tables import write_csv
 from stages.measures.probes import probe_accuracy, split_mask
 from stages.measures.rankme import rankme_batched
 from stages.training.device import resolve_device
@@ -32,10 +33,7 @@ def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
     chunk = get(params, "measures.rankme_chunk", None)  # matrices per SVD call; default from a memory budget
     if chunk is not None:
         chunk = positive_int(chunk, "measures.rankme_chunk")
-    history = read_csv(paths.history_file(rid))
-    if not {"step", "test_acc"} <= set(history.columns):
-        raise PipelineError(f"corrupt table: {paths.history_file(rid)} (needs columns step, test_acc)")
-    acc = dict(zip(history["step"].astype(int), history["test_acc"].astype(float)))
+    acc = accuracy_by_step(rid)
 
     n_params = hidden_manifest(paths.hidden_file(rid)).get("n_params")
     rows = []
@@ -53,15 +51,6 @@ def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
     if not rows:
         raise PipelineError(f"corrupt Parquet file: {paths.hidden_file(rid)} (no checkpoints in it)")
     return pd.DataFrame(rows)
-
-
-def trajectory(frame: pd.DataFrame) -> pd.DataFrame:
-    wide = frame.pivot(index="step", columns="layer", values="rankme")
-    wide.columns = [f"rankme_layer{l}" for l in wide.columns]
-    last = wide.iloc[:, -1]
-    out = pd.DataFrame({"step": wide.index, "test_acc": frame.groupby("step")["test_acc"].first().values,
-                        "rankme_rel": (last / last.iloc[0]).values, "rankme_last": last.values})
-    return pd.concat([out.reset_index(drop=True), wide.reset_index(drop=True)], axis=1)
 
 
 @main_guard

@@ -7,10 +7,10 @@ Writes, for run ``pythia-lm-<model>``:
   probe set (the first ``pythia.probe_per_set`` items of each set with a context, interleaved), one
   row group per revision, schema of stages/io/hidden.py; ``label`` codes the item's right answer;
 * ``data/measures/<run>.csv``: run, step, layer, rankme, probe_acc, test_acc, n_params, where
-  test_acc is the accuracy on ``pythia.test_acc`` (default logical_deduction; ``mean`` averages all
-  eight sets) and step is the revision's training step;
+  test_acc is the accuracy on ``pythia.test_acc`` (``mean``, the default, averages all eight sets;
+  or one set's name) and step is the revision's training step;
 * ``data/pythia/accuracy/<run>.csv``: run, step, revision, eval_set, accuracy, n_items;
-* ``plots/trajectories/<run>.csv``: as stages/measure.py.
+* ``plots/trajectories/<run>.csv``: as for the small models (stages/analysis/trajectories.py).
 """
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ from tqdm import tqdm
 from transformers.utils import logging as hf_logging
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from stages.cli import stage_arguments
 from stages import paths
+from stages.analysis.trajectories import trajectory
+from stages.cli import stage_arguments
 from stages.config import fraction, get, load_params, positive_float, positive_int
 from stages.errors import PipelineError, main_guard
 from stages.io.atomic import atomic_path
 from stages.io.hidden import schema, step_table
 from stages.io.tables import write_csv
-from stages.measure import trajectory
 from stages.measures.probes import probe_accuracy, split_mask
 from stages.measures.rankme import rankme_batched
 from stages.pythia import evalsets, hub, scoring

@@ -30,6 +30,10 @@ def encode_choice(tokenizer, context: str, choice: str) -> tuple[list[int], int]
     return [_start_id(tokenizer)] + full, 1 + len(ctx)
 
 
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _start_id(tokenizer)
+
+
 def _pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad, dtype=torch.long)
@@ -48,7 +52,7 @@ def choice_loglik(model, tokenizer, items: pd.DataFrame, batch_size: int, device
         for choice in choices:
             flat.append(encode_choice(tokenizer, context, choice))
             owner.append(i)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _start_id(tokenizer)
+    pad = _pad_id(tokenizer)
     order = np.argsort([-len(ids) for ids, _ in flat], kind="stable")  # similar lengths share a batch
     scores = np.zeros(len(flat))
     for start in range(0, len(order), batch_size):
@@ -80,7 +84,7 @@ def accuracy(items: pd.DataFrame, loglik: list[np.ndarray]) -> np.ndarray:
 def last_token_states(model, tokenizer, contexts: list[str], batch_size: int, device) -> np.ndarray:
     """``[n_layers + 1, n, d]``: every layer's hidden state at each context's last token (after BOS)."""
     seqs = [encode_choice(tokenizer, "", c)[0] if c else [_start_id(tokenizer)] for c in contexts]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _start_id(tokenizer)
+    pad = _pad_id(tokenizer)
     chunks = []
     for start in range(0, len(seqs), batch_size):
         batch = seqs[start:start + batch_size]
