@@ -10,4 +10,9 @@ def stage_arguments(description: str, argv=None, *keys: str) -> argparse.Namespa
     for key in keys:
         parser.add_argument(f"--{key}", required=True)
     parser.add_argument("--params", default=None, help="params file (default: params.yaml)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if "seed" in keys:
+        from stages.config import seed_argument
+
+        args.seed = seed_argument(args.seed)
+    return args

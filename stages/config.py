@@ -71,5 +71,28 @@ def fraction(value: Any, key: str) -> float:
     return number
 
 
-def run_id(task: str, level: str, model: str) -> str:
-    return f"{task}-{level}-{model}"
+def run_id(task: str, level: str, model: str, seed: int | None = None) -> str:
+    """``<task>-<level>-<model>-s<seed>``; runs without a seed axis (Pythia) have no suffix."""
+    base = f"{task}-{level}-{model}"
+    return base if seed is None else f"{base}-s{seed}"
+
+
+def seed_list(params: dict) -> list[int]:
+    """``grid.seeds``: a non-empty list of distinct non-negative integers."""
+    seeds = get(params, "grid.seeds")
+    if not isinstance(seeds, list) or not seeds:
+        raise PipelineError(f"'grid.seeds' must be a non-empty list of integers, got {seeds!r}")
+    for s in seeds:
+        positive_int(s, "grid.seeds", allow_zero=True)
+    if len(set(seeds)) != len(seeds):
+        raise PipelineError(f"'grid.seeds' repeats a seed: {seeds!r}")
+    return seeds
+
+
+def seed_argument(value: str) -> int:
+    """A ``--seed`` command-line value; the error names the option."""
+    try:
+        seed = int(value)
+    except (TypeError, ValueError):
+        raise PipelineError(f"'--seed' must be a non-negative integer, got {value!r}") from None
+    return positive_int(seed, "--seed", allow_zero=True)

@@ -41,8 +41,8 @@ def hidden_at(model, seq: torch.Tensor, positions: list[int], batch_size: int,
     return torch.cat(chunks, dim=1).numpy()
 
 
-def extract(task: str, level: str, model_name: str, params: dict, progress: bool = True) -> str:
-    rid = run_id(task, level, model_name)
+def extract(task: str, level: str, model_name: str, seed: int, params: dict, progress: bool = True) -> str:
+    rid = run_id(task, level, model_name, seed)
     cfg = get(params, "extract")
     probe_size = positive_int(get(params, "extract.probe_size"), "extract.probe_size")
     batch_size = positive_int(get(params, "extract.batch_size"), "extract.batch_size")
@@ -76,8 +76,8 @@ def extract(task: str, level: str, model_name: str, params: dict, progress: bool
 
 @main_guard
 def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level", "model")
-    print(extract(args.task, args.level, args.model, load_params(args.params)))
+    args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
+    print(extract(args.task, args.level, args.model, args.seed, load_params(args.params)))
 
 
 if __name__ == "__main__":

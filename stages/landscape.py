@@ -108,8 +108,8 @@ def measure_checkpoint(model, data: dict, prompt_len: int, p: dict) -> dict:
     return row
 
 
-def landscape(task: str, level: str, model_name: str, params: dict, progress: bool = True) -> pd.DataFrame:
-    rid = run_id(task, level, model_name)
+def landscape(task: str, level: str, model_name: str, seed: int, params: dict, progress: bool = True) -> pd.DataFrame:
+    rid = run_id(task, level, model_name, seed)
     p = landscape_params(params)
     if p["threads"]:
         torch.set_num_threads(p["threads"])
@@ -154,9 +154,9 @@ def plot_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 @main_guard
 def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level", "model")
-    rid = run_id(args.task, args.level, args.model)
-    frame = landscape(args.task, args.level, args.model, load_params(args.params))
+    args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
+    rid = run_id(args.task, args.level, args.model, args.seed)
+    frame = landscape(args.task, args.level, args.model, args.seed, load_params(args.params))
     write_csv(frame, paths.landscape_file(rid))
     write_csv(plot_table(frame), paths.landscape_plot_file(rid))
     print(paths.landscape_file(rid))

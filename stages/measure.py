@@ -55,8 +55,8 @@ def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
 
 @main_guard
 def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level", "model")
-    rid = run_id(args.task, args.level, args.model)
+    args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
+    rid = run_id(args.task, args.level, args.model, args.seed)
     frame = measure(rid, load_params(args.params))
     write_csv(frame, paths.measures_file(rid))
     write_csv(trajectory(frame), paths.trajectory_file(rid))

@@ -29,7 +29,7 @@ from stages.training.precision import PRECISIONS, resolve_precision
 from stages.training.schedule import LR_SCHEDULES, checkpoint_steps
 
 TRAIN_KEYS = {"steps", "lr", "weight_decay", "batch_size", "warmup", "schedule", "min_lr_ratio", "betas",
-              "grad_clip", "seed", "device", "n_checkpoints", "log_fraction", "log_until", "eval_batch_size",
+              "grad_clip", "device", "n_checkpoints", "log_fraction", "log_until", "eval_batch_size",
               "eval_train_max", "dropout", "precision"}
 
 
@@ -59,18 +59,17 @@ def resolve_train_params(params: dict, task: str, level: str) -> dict:
     fraction(merged.get("dropout", 0.0), f"{k}.dropout")
     choose(merged["schedule"], LR_SCHEDULES, f"{k}.schedule")
     choose(merged.get("precision", "auto"), PRECISIONS, f"{k}.precision")
-    if not isinstance(merged["seed"], int):
-        raise PipelineError(f"'{k}.seed' must be an integer, got {merged['seed']!r}")
     return merged
 
 
-def run(task: str, level: str, model_name: str, params: dict, progress: bool = True) -> dict:
+def run(task: str, level: str, model_name: str, seed: int, params: dict, progress: bool = True) -> dict:
+    """Train run ``<task>-<level>-<model>-s<seed>``: ``seed`` fixes the initialisation and the batch order."""
     get_task(task)
     if level not in LEVELS:
         raise PipelineError(f"unknown level '{level}' (choose from: {', '.join(LEVELS)})")
     choose(model_name, PRESETS, "model")
     hp = resolve_train_params(params, task, level)
-    rid = run_id(task, level, model_name)
+    rid = run_id(task, level, model_name, seed)
     steps = checkpoint_steps(hp["steps"], hp["n_checkpoints"], hp["log_fraction"], hp["log_until"],
                              key=f"train (run {rid})")
     device = resolve_device(hp["device"], "train.defaults.device")
@@ -80,7 +79,7 @@ def run(task: str, level: str, model_name: str, params: dict, progress: bool = T
     test_p, test_a, _ = load_split(data_dir, "test")
     prompt_len = meta["prompt_len"]
     cfg = model_config(model_name, meta["vocab_size"], prompt_len + meta["answer_len"] - 1, hp.get("dropout", 0.0))
-    torch.manual_seed(hp["seed"])
+    torch.manual_seed(seed)
     model = GPT(cfg).to(device)
     precision = resolve_precision(hp.get("precision", "auto"), device, model.num_params(),
                                   "train.defaults.precision")
@@ -89,20 +88,20 @@ def run(task: str, level: str, model_name: str, params: dict, progress: bool = T
     partial = out.with_name(f".{rid}.partial")
     if partial.exists():
         manifest_path = partial / "run-config.json"
-        same = manifest_path.is_file() and manifest_path.read_text() == _fingerprint(hp, cfg, meta)
+        same = manifest_path.is_file() and manifest_path.read_text() == _fingerprint(hp, cfg, meta, seed)
         if not same:
             shutil.rmtree(partial)
     partial.mkdir(parents=True, exist_ok=True)
-    (partial / "run-config.json").write_text(_fingerprint(hp, cfg, meta))
+    (partial / "run-config.json").write_text(_fingerprint(hp, cfg, meta, seed))
 
     tcfg = TrainConfig(steps=hp["steps"], lr=float(hp["lr"]), weight_decay=float(hp["weight_decay"]),
                        batch_size=hp["batch_size"], warmup=hp["warmup"], schedule=hp["schedule"],
                        min_lr_ratio=float(hp.get("min_lr_ratio", 0.0)), betas=tuple(hp["betas"]),
-                       grad_clip=float(hp["grad_clip"]), seed=hp["seed"], eval_batch_size=hp["eval_batch_size"],
+                       grad_clip=float(hp["grad_clip"]), seed=seed, eval_batch_size=hp["eval_batch_size"],
                        checkpoints=steps, precision=precision)
     history = train(model, tcfg, sequences(train_p, train_a, device), sequences(test_p, test_a, device), prompt_len,
                     partial, progress=progress, eval_train_max=hp.get("eval_train_max", 4096))
-    manifest = {"run": rid, "task": task, "level": level, "model_name": model_name, "model": cfg.to_dict(),
+    manifest = {"run": rid, "task": task, "level": level, "model_name": model_name, "seed": seed, "model": cfg.to_dict(),
                 "n_params": model.num_params(), "steps": steps, "train": hp, "device": str(device),
                 "precision": precision,
                 "dataset": meta, "torch": torch.__version__}
@@ -117,17 +116,17 @@ def run(task: str, level: str, model_name: str, params: dict, progress: bool = T
     return manifest
 
 
-def _fingerprint(hp: dict, cfg, meta: dict) -> str:
+def _fingerprint(hp: dict, cfg, meta: dict, seed: int) -> str:
     import json
 
-    return json.dumps({"train": hp, "model": cfg.to_dict(), "dataset": meta}, sort_keys=True)
+    return json.dumps({"train": hp, "seed": seed, "model": cfg.to_dict(), "dataset": meta}, sort_keys=True)
 
 
 @main_guard
 def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level", "model")
+    args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
     clock = time.perf_counter()
-    manifest = run(args.task, args.level, args.model, load_params(args.params))
+    manifest = run(args.task, args.level, args.model, args.seed, load_params(args.params))
     print(f"{manifest['run']}: {manifest['n_params']} params, {len(manifest['steps'])} checkpoints, "
           f"{time.perf_counter() - clock:.1f}s on {manifest['device']}")
 
