@@ -1,7 +1,9 @@
 """Reading and validating params.yaml; every error names the offending key."""
 from __future__ import annotations
 
+import numbers
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +73,31 @@ def fraction(value: Any, key: str) -> float:
     return number
 
 
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def name_argument(value: Any, key: str) -> str:
+    """A task, level or model name that becomes part of a file name: non-empty, only letters, digits,
+    ``.``, ``_`` and ``-``, no ``..`` and no leading ``.`` (so never a path separator, a parent
+    directory or a hidden file). The one-line error names ``key`` (``--model``, ``pythia.models``)."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or ".." in value or value.startswith("."):
+        raise PipelineError(f"'{key}' must be a non-empty name of letters, digits, '.', '_' or '-' "
+                            f"(no path separators, no '..', no leading '.'), got {value!r}")
+    return value
+
+
 def run_id(task: str, level: str, model: str, seed: int | None = None) -> str:
-    """``<task>-<level>-<model>-s<seed>``; runs without a seed axis (Pythia) have no suffix."""
-    base = f"{task}-{level}-{model}"
-    return base if seed is None else f"{base}-s{seed}"
+    """``<task>-<level>-<model>-s<seed>``; runs without a seed axis (Pythia) have no suffix.
+
+    Every part is checked (:func:`name_argument`) before any path is built from the id; errors name
+    the stage's command-line option."""
+    for value, key in ((task, "--task"), (level, "--level"), (model, "--model")):
+        name_argument(value, key)
+    if seed is None:
+        return f"{task}-{level}-{model}"
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        seed = int(seed)  # numpy integers from a table are fine; their repr is not
+    return f"{task}-{level}-{model}-s{positive_int(seed, '--seed', allow_zero=True)}"
 
 
 def seed_list(params: dict) -> list[int]:

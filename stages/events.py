@@ -1,143 +1,188 @@
-"""Stage ``events``: per-run events, per-layer dips, precursor statistics and cross-scale correlations.
+"""Stage ``events``: per-run events for every seed, per-level statistics with bootstrap intervals,
+seed agreement, sensitivity of the precursor rate, landscape and Pythia events, cross-scale statistics.
 
-Reads ``data/measures/<run>.csv`` for every run of the grid in params.yaml and writes:
-``data/events/runs.csv`` and ``data/events/layers.csv`` (tables), ``metrics/events.json`` and
-``metrics/cross_scale.json`` (DVC metrics), and ``plots/figures/trajectories.png``.
+Reads ``data/measures/<run>.csv`` (and ``data/landscape/<run>.csv``, ``data/pythia/accuracy/<run>.csv``
+where present) for every run of the grid in params.yaml and writes
+
+* ``data/events/runs.csv``: one row per run and measure (raw and centred RankMe, landscape measures):
+  dip, acquisition, lead, precursor verdict, layer order;
+* ``data/events/layers.csv``: the dip of every varying layer; ``data/events/cells.csv``: the verdict of
+  each (task, level, model) over seeds and the share of seeds that agree;
+  ``data/events/pythia_sets.csv``: Pythia events per evaluation set;
+  ``data/events/cross_scale.csv``: the cross-scale statistics as a flat table;
+* ``metrics/events.json`` (per level, with 95% intervals) and ``metrics/cross_scale.json``;
+* ``plots/sensitivity/{threshold,resolution}.csv``: precursor rate per level against the rule's
+  threshold and against checkpoint resolution; ``plots/figures/trajectories.png``.
 """
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from stages.cli import stage_arguments
 from stages import paths
-from stages.analysis.cross_scale import cross_scale
-from stages.analysis.events import acquisition_step, find_dip, layer_order
-from stages.analysis.landscape_events import add_landscape
-from stages.config import fraction, get, load_params, positive_int, run_id
+from stages.analysis.cross_scale import cross_scale, cross_scale_table
+from stages.analysis.events import Rules
+from stages.analysis.landscape_events import landscape_event_params, run_measures
+from stages.analysis.pythia_events import acquisition_threshold, set_events
+from stages.analysis.runs import GEOMETRY, run_events
+from stages.analysis.summary import level_summary, resolution_sensitivity, seed_agreement, threshold_sensitivity
+from stages.cli import stage_arguments
+from stages.config import fraction, get, load_params, positive_int, run_id, seed_list
 from stages.errors import PipelineError, main_guard
 from stages.io.tables import read_csv, write_csv, write_json
+from stages.pythia.paths import accuracy_file
 from stages.pythia.settings import grid_runs as pythia_runs  # Pythia runs: task "pythia", level "lm"
+from stages.runtime import set_threads
 
 EVENTS_DIR = paths.DATA / "events"
+SENSITIVITY_DIR = paths.PLOTS / "sensitivity"
+MEASURE_COLUMNS = {"step", "layer", "rankme", "test_acc", "n_params"}
 
 
-def event_params(params: dict) -> dict:
-    p = {
-        "layer": get(params, "events.layer"),
-        "collapse_drop": fraction(get(params, "events.collapse_drop"), "events.collapse_drop"),
-        "recovery_fraction": fraction(get(params, "events.recovery_fraction"), "events.recovery_fraction"),
-        "threshold": fraction(get(params, "events.acquisition_threshold"), "events.acquisition_threshold"),
-        "window": positive_int(get(params, "events.acquisition_window"), "events.acquisition_window"),
-        "precursor_min_gap": positive_int(get(params, "events.precursor_min_gap"), "events.precursor_min_gap",
-                                          allow_zero=True),
-    }
-    if p["layer"] not in ("last", "mean") and not isinstance(p["layer"], int):
-        raise PipelineError(f"'events.layer' must be 'last', 'mean' or a layer number, got {p['layer']!r}")
-    return p
+@dataclass(frozen=True)
+class Settings:
+    rules: Rules
+    measure: str            # geometry measure whose dip gives each run's verdict
+    layer: object           # "last" | "mean" | layer number
+    resamples: int
+    bootstrap_seed: int
+    thresholds: tuple[float, ...]
+    resolutions: tuple[int, ...]
 
 
-def grid_runs(params: dict) -> list[tuple[str, str, str]]:
+def settings(params: dict) -> Settings:
+    """Validated ``events`` section; every error names its key."""
+    k = "events"
+    layer = get(params, f"{k}.layer")
+    if layer not in ("last", "mean") and (not isinstance(layer, int) or isinstance(layer, bool) or layer < 0):
+        raise PipelineError(f"'{k}.layer' must be 'last', 'mean' or a layer number, got {layer!r}")
+    measure = get(params, f"{k}.measure")
+    if measure not in GEOMETRY:
+        raise PipelineError(f"'{k}.measure' must be one of {', '.join(GEOMETRY)}, got {measure!r}")
+    rules = Rules(
+        min_depth=fraction(get(params, f"{k}.min_depth"), f"{k}.min_depth"),
+        recovery_fraction=fraction(get(params, f"{k}.recovery_fraction"), f"{k}.recovery_fraction"),
+        threshold=fraction(get(params, f"{k}.acquisition_threshold"), f"{k}.acquisition_threshold"),
+        window=positive_int(get(params, f"{k}.acquisition_window"), f"{k}.acquisition_window"),
+        min_lead=fraction(get(params, f"{k}.precursor_min_lead"), f"{k}.precursor_min_lead"),
+        min_checkpoints=positive_int(get(params, f"{k}.min_checkpoints"), f"{k}.min_checkpoints", allow_zero=True))
+    if rules.min_lead >= 1:
+        raise PipelineError(f"'{k}.precursor_min_lead' must be below 1, got {rules.min_lead!r}")
+    thresholds = get(params, f"{k}.sensitivity.min_lead")
+    resolutions = get(params, f"{k}.sensitivity.n_checkpoints")
+    if not isinstance(thresholds, list) or not thresholds:
+        raise PipelineError(f"'{k}.sensitivity.min_lead' must be a non-empty list of shares in [0, 1)")
+    if not isinstance(resolutions, list) or not resolutions:
+        raise PipelineError(f"'{k}.sensitivity.n_checkpoints' must be a non-empty list of counts (0 = all)")
+    for t in thresholds:
+        if fraction(t, f"{k}.sensitivity.min_lead") >= 1:
+            raise PipelineError(f"'{k}.sensitivity.min_lead' entries must be below 1, got {t!r}")
+    for n in resolutions:
+        if positive_int(n, f"{k}.sensitivity.n_checkpoints", allow_zero=True) == 1:
+            raise PipelineError(f"'{k}.sensitivity.n_checkpoints' entries must be 0 or at least 2, got 1")
+    return Settings(rules=rules, measure=measure, layer=layer,
+                    resamples=positive_int(get(params, f"{k}.bootstrap.resamples"), f"{k}.bootstrap.resamples",
+                                           allow_zero=True),
+                    bootstrap_seed=positive_int(get(params, f"{k}.bootstrap.seed"), f"{k}.bootstrap.seed",
+                                                allow_zero=True),
+                    thresholds=tuple(float(t) for t in thresholds), resolutions=tuple(int(n) for n in resolutions))
+
+
+def grid_runs(params: dict) -> list[tuple[str, str, str, int | None]]:
+    """(task, level, model, seed) of every run; Pythia runs have no seed."""
     grid = [get(params, f"grid.{k}") for k in ("tasks", "levels", "models")]
     for key, values in zip(("tasks", "levels", "models"), grid):
         if not isinstance(values, list) or not values:
             raise PipelineError(f"'grid.{key}' must be a non-empty list")
-    return list(itertools.product(*grid)) + pythia_runs(params)
+    small = list(itertools.product(*grid, seed_list(params)))
+    return small + [(*r, None) for r in pythia_runs(params)]
 
 
-def run_series(frame: pd.DataFrame, layer, key: str = "rankme") -> pd.Series:
-    wide = frame.pivot(index="step", columns="layer", values=key).sort_index()
-    if layer == "last":
-        return wide[wide.columns.max()]
-    if layer == "mean":
-        return wide.mean(axis=1)
-    if layer not in wide.columns:
-        raise PipelineError(f"'events.layer' is {layer} but the run has layers {list(wide.columns)}")
-    return wide[layer]
-
-
-def run_events(frame: pd.DataFrame, p: dict) -> tuple[dict, list[dict]]:
-    acc = frame.groupby("step")["test_acc"].first().sort_index()
-    steps = acc.index.to_numpy()
-    total = int(steps.max())
-    acq = acquisition_step(steps, acc.to_numpy(), p["threshold"], p["window"])
-    series = run_series(frame, p["layer"])
-    dip = find_dip(series.index.to_numpy(), series.to_numpy(), p["collapse_drop"], p["recovery_fraction"])
-
-    layers, collapse, floors = [], {}, {}
-    for layer, g in frame.groupby("layer"):
-        g = g.sort_values("step")
-        d = find_dip(g["step"].to_numpy(), g["rankme"].to_numpy(), p["collapse_drop"], p["recovery_fraction"])
-        collapse[int(layer)], floors[int(layer)] = d.collapse_step, d.floor_step
-        layers.append({"layer": int(layer), **d.to_dict(),
-                       "precedes_acquisition": None if acq is None or d.collapse_step is None else d.collapse_step < acq})
-    order = layer_order(collapse, floors)
-
-    gap = None if acq is None or dip.collapse_step is None else acq - dip.collapse_step
-    lead = None if acq is None or dip.recovery_step is None else acq - dip.recovery_step
-    precursor = bool(gap is not None and lead is not None and lead >= 0 and gap >= p["precursor_min_gap"])
-    row = {**dip.to_dict(), "acquisition_step": acq, "precursor_gap": gap, "recovery_lead": lead,
-           "gap_fraction": None if gap is None else gap / total, "precursor": precursor,
-           "final_acc": float(acc.iloc[-1]), "total_steps": total, "order": order["order"],
-           "order_spearman": order["spearman"], "top_down": order["top_down"]}
-    return row, layers
-
-
-def summarise(runs: pd.DataFrame) -> dict:
-    by_level = {}
-    for level, g in runs.groupby("level"):
-        acquired = g[g["acquisition_step"].notna()]
-        by_level[level] = {
-            "runs": int(len(g)), "acquired": int(len(acquired)),
-            "precursor_rate": float(acquired["precursor"].mean()) if len(acquired) else None,
-            "median_precursor_gap": _median(acquired["precursor_gap"]),
-            "median_gap_fraction": _median(acquired["gap_fraction"]),
-        }
-    return by_level
-
-
-def _median(series: pd.Series):
-    values = pd.to_numeric(series, errors="coerce").dropna()
-    return float(values.median()) if len(values) else None
+def read_measures(rid: str) -> pd.DataFrame:
+    path = paths.measures_file(rid)
+    frame = read_csv(path)
+    if not MEASURE_COLUMNS <= set(frame.columns) or frame.empty:
+        raise PipelineError(f"corrupt table: {path} (needs columns {', '.join(sorted(MEASURE_COLUMNS))})")
+    return frame
 
 
 def events(params: dict) -> dict:
-    p = event_params(params)
-    run_rows, layer_rows = [], []
-    for task, level, model in grid_runs(params):
-        rid = run_id(task, level, model)
-        frame = read_csv(paths.measures_file(rid))
-        need = {"step", "layer", "rankme", "test_acc", "n_params"}
-        if not need <= set(frame.columns) or frame.empty:
-            raise PipelineError(f"corrupt table: {paths.measures_file(rid)} (needs columns {', '.join(sorted(need))})")
-        row, layers = run_events(frame, p)
-        ident = {"run": rid, "task": task, "level": level, "model": model, "n_params": int(frame["n_params"].iloc[0])}
-        run_rows.append({**ident, **row})
+    s = settings(params)
+    land_p = landscape_event_params(params)
+    pythia_threshold = acquisition_threshold(get(params, "pythia.acquisition", "halfway"), "pythia.acquisition")
+    run_rows, layer_rows, frames, steps, idents, set_rows = [], [], {}, {}, [], []
+    for task, level, model, seed in grid_runs(params):
+        rid = run_id(task, level, model, seed)
+        frame = read_measures(rid)
+        frames[rid] = frame
+        steps[rid] = np.sort(frame["step"].unique())
+        ident = {"run": rid, "task": task, "level": level, "model": model, "seed": seed,
+                 "n_params": int(frame["n_params"].iloc[0])}
+        idents.append(ident)
+        measures, layers = run_events(frame, s.rules, s.layer)
+        if not any(m["measure"] == s.measure for m in measures):
+            raise PipelineError(f"corrupt table: {paths.measures_file(rid)} (no {s.measure} of a varying layer)")
+        run_rows.extend({**ident, **m} for m in measures)
         layer_rows.extend({**ident, **l} for l in layers)
-    runs = pd.DataFrame(run_rows)
-    write_csv(runs, EVENTS_DIR / "runs.csv")
+        if seed is None and accuracy_file(rid).is_file():  # Pythia: events per evaluation set
+            end = next(m["end_step"] for m in measures if m["measure"] == s.measure)
+            sets = set_events(read_csv(accuracy_file(rid)), end, s.rules, pythia_threshold)
+            set_rows.extend({"run": rid, "model": model, "recovery_step": end, **r} for r in sets.to_dict("records"))
+        land = paths.landscape_file(rid)
+        if land.is_file():
+            acq = measures[0]["acquisition_step"]
+            for name, m in run_measures(read_csv(land), land_p["directions"], acq, s.rules, land_p).items():
+                run_rows.append({**ident, "measure": name, "acquisition_step": acq, **m})
+    rows = pd.DataFrame(run_rows)
+    primary = rows[rows["measure"] == s.measure].reset_index(drop=True)
+    cells = seed_agreement(rows, s.measure)
+    threshold = threshold_sensitivity(primary, steps, s.rules, s.thresholds, s.resamples, s.bootstrap_seed)
+    resolution = resolution_sensitivity(frames, pd.DataFrame(idents), s.rules, s.layer, s.measure, s.resolutions,
+                                        s.resamples, s.bootstrap_seed)
+    scale = cross_scale(primary, s.resamples, s.bootstrap_seed)
+
+    metrics = {"measure": s.measure,
+               "by_level": level_summary(rows, s.measure, s.resamples, s.bootstrap_seed),
+               "configurations": {f"{c.task}-{c.level}-{c.model}": {
+                   "verdict": c.verdict, "precursor_seeds": c.precursor_seeds, "decided": c.decided,
+                   "seeds": c.seeds, "agreement": c.agreement} for c in cells.itertuples()},
+               "pythia_sets": {f"{r['model']}/{r['eval_set']}": {
+                   "acquisition_step": _plain(r["acquisition_step"]), "lead_fraction": _plain(r["lead_fraction"]),
+                   "precursor": r["precursor"]} for r in set_rows}}
+    write_csv(rows, EVENTS_DIR / "runs.csv")
     write_csv(pd.DataFrame(layer_rows), EVENTS_DIR / "layers.csv")
-    metrics = {"runs": {r["run"]: {k: v for k, v in r.items() if k != "run"} for r in run_rows},
-               "by_level": summarise(runs), "params": p}
-    add_landscape(metrics, run_rows, params, p, EVENTS_DIR / "landscape.csv")
+    write_csv(cells, EVENTS_DIR / "cells.csv")
+    write_csv(pd.DataFrame(set_rows), EVENTS_DIR / "pythia_sets.csv")
+    write_csv(cross_scale_table(scale), EVENTS_DIR / "cross_scale.csv")
+    write_csv(threshold, SENSITIVITY_DIR / "threshold.csv")
+    write_csv(resolution, SENSITIVITY_DIR / "resolution.csv")
     write_json(metrics, paths.METRICS / "events.json")
-    write_json(cross_scale(runs), paths.METRICS / "cross_scale.json")
-    return metrics
+    write_json(scale, paths.METRICS / "cross_scale.json")
+    return {"rows": rows, "metrics": metrics, "cells": cells}
+
+
+def _plain(value):
+    """A table cell as JSON: ``None`` for missing, int or float otherwise."""
+    if value is None or pd.isna(value):
+        return None
+    return int(value) if float(value).is_integer() else float(value)
 
 
 @main_guard
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv)
     params = load_params(args.params)
-    metrics = events(params)
+    set_threads(params)
+    result = events(params)
     from stages.analysis.figures import trajectories_figure
 
-    trajectories_figure([run_id(*r) for r in grid_runs(params)], paths.PLOTS / "figures" / "trajectories.png")
-    for rid, r in metrics["runs"].items():
-        print(f"{rid}: collapse {r['collapse_step']} floor {r['floor']} recovery {r['recovery_step']} "
-              f"acquisition {r['acquisition_step']} gap {r['precursor_gap']} precursor {r['precursor']} order {r['order']}")
+    shown = [run_id(*r) for r in grid_runs(params) if r[3] in (None, min(seed_list(params)))]
+    trajectories_figure(shown, paths.PLOTS / "figures" / "trajectories.png")
+    for c in result["cells"].itertuples():
+        print(f"{c.task}-{c.level}-{c.model}: {c.verdict} ({c.verdicts}; {c.precursor_seeds}/{c.decided} seeds)")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from stages.io.atomic import atomic_path
 from stages.io.checkpoints import load_model, read_manifest
 from stages.io.datasets import load_split
 from stages.io.hidden import schema, step_table
+from stages.runtime import set_threads
 from stages.training.device import resolve_device
 from stages.training.loop import sequences
 from stages.training.precision import autocast, resolve_precision
@@ -77,7 +78,9 @@ def extract(task: str, level: str, model_name: str, seed: int, params: dict, pro
 @main_guard
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
-    print(extract(args.task, args.level, args.model, args.seed, load_params(args.params)))
+    params = load_params(args.params)
+    set_threads(params)
+    print(extract(args.task, args.level, args.model, args.seed, params))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from stages.measures.grad_rank import gradient_effective_rank
 from stages.measures.hessian import hessian_top_eigenvalues
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
+from stages.runtime import set_threads
 from stages.training.device import resolve_device
 from stages.training.loop import answer_loss, sequences
 
@@ -156,7 +157,9 @@ def plot_table(frame: pd.DataFrame) -> pd.DataFrame:
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
     rid = run_id(args.task, args.level, args.model, args.seed)
-    frame = landscape(args.task, args.level, args.model, args.seed, load_params(args.params))
+    params = load_params(args.params)
+    set_threads(params)  # a non-zero landscape.threads overrides it inside landscape()
+    frame = landscape(args.task, args.level, args.model, args.seed, params)
     write_csv(frame, paths.landscape_file(rid))
     write_csv(plot_table(frame), paths.landscape_plot_file(rid))
     print(paths.landscape_file(rid))

@@ -1,7 +1,8 @@
 """Stage ``measure``: RankMe and linear-probe accuracy per (checkpoint, layer) of one run.
 
 Reads ``data/hidden/<run>.parquet`` one checkpoint at a time and ``data/history/<run>.csv``;
-writes ``data/measures/<run>.csv`` (run, step, layer, rankme, probe_acc, test_acc) and the
+writes ``data/measures/<run>.csv`` (run, step, layer, rankme, rankme_centred, mean_dominance, varies,
+probe_acc, test_acc, n_params; see stages/measures/rankme.py) and the
 plot table ``plots/trajectories/<run>.csv`` (one row per step: accuracy, RankMe of every layer,
 and RankMe of the last layer relative to its value at the first checkpoint).
 """
@@ -21,14 +22,16 @@ from stages.io.hidden import hidden_manifest, iter_steps
 from stages.io.history import accuracy_by_step
 from stages.io.tables import write_csv
 from stages.measures.probes import probe_accuracy, split_mask
-from stages.measures.rankme import rankme_batched
+from stages.measures.rankme import geometry
+from stages.runtime import set_threads
 from stages.training.device import resolve_device
 
 
 def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
     """One row per (checkpoint, layer) of run ``rid``."""
     train_fraction = fraction(get(params, "measures.probe.train_fraction"), "measures.probe.train_fraction")
-    ridge = positive_float(get(params, "measures.probe.ridge"), "measures.probe.ridge")
+    probe_c = positive_float(get(params, "measures.probe.C"), "measures.probe.C")
+    probe_iter = positive_int(get(params, "measures.probe.max_iter"), "measures.probe.max_iter")
     device = resolve_device(get(params, "measures.device", "auto"), "measures.device")
     chunk = get(params, "measures.rankme_chunk", None)  # matrices per SVD call; default from a memory budget
     if chunk is not None:
@@ -41,12 +44,12 @@ def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
                              mininterval=2):
         order = sorted(layers)
         stack = torch.as_tensor(np.stack([layers[l].vectors for l in order]))
-        ranks = rankme_batched(stack, device=device, chunk=chunk).cpu().numpy()
-        for l, r in zip(order, ranks):
+        geo = geometry(stack, device=device, chunk=chunk)
+        for i, l in enumerate(order):
             st = layers[l]
             mask = split_mask(st.samples, train_fraction)
-            rows.append({"run": rid, "step": step, "layer": l, "rankme": float(r),
-                         "probe_acc": probe_accuracy(st.vectors, st.labels, mask, ridge),
+            rows.append({"run": rid, "step": step, "layer": l, **{k: v[i].item() for k, v in geo.items()},
+                         "probe_acc": probe_accuracy(st.vectors, st.labels, mask, probe_c, probe_iter),
                          "test_acc": acc.get(step, np.nan), "n_params": n_params})
     if not rows:
         raise PipelineError(f"corrupt Parquet file: {paths.hidden_file(rid)} (no checkpoints in it)")
@@ -57,7 +60,9 @@ def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
     rid = run_id(args.task, args.level, args.model, args.seed)
-    frame = measure(rid, load_params(args.params))
+    params = load_params(args.params)
+    set_threads(params)
+    frame = measure(rid, params)
     write_csv(frame, paths.measures_file(rid))
     write_csv(trajectory(frame), paths.trajectory_file(rid))
     print(paths.measures_file(rid))

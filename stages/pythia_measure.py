@@ -6,10 +6,15 @@ Writes, for run ``pythia-lm-<model>``:
 * ``data/hidden/<run>.parquet``: last-token hidden state of every layer (0 = embeddings) for the
   probe set (the first ``pythia.probe_per_set`` items of each set with a context, interleaved), one
   row group per revision, schema of stages/io/hidden.py; ``label`` codes the item's right answer;
-* ``data/measures/<run>.csv``: run, step, layer, rankme, probe_acc, test_acc, n_params, where
-  test_acc is the accuracy on ``pythia.test_acc`` (``mean``, the default, averages all eight sets;
-  or one set's name) and step is the revision's training step;
-* ``data/pythia/accuracy/<run>.csv``: run, step, revision, eval_set, accuracy, n_items;
+* ``data/measures/<run>.csv``: run, step, layer, rankme, rankme_centred, mean_dominance, varies,
+  probe_acc, test_acc, n_params, where
+  step is the revision's training step and test_acc is the **chance-corrected** accuracy on
+  ``pythia.test_acc`` (``mean``, the default, averages all eight sets; or one set's name): per set
+  ``(accuracy - chance) / (1 - chance)``, 0 at the set's chance level, 1 at perfect, negative below
+  chance. The sets' chance levels differ (1/2 to about 1/4), so raw accuracies would not share a
+  scale; corrected, a ``test_acc`` of 0.5 means halfway from chance to perfect on average;
+* ``data/pythia/accuracy/<run>.csv``: run, step, revision, eval_set, accuracy, n_items, chance
+  (raw accuracy; chance is the set's mean over its items of ``1 / number of choices``);
 * ``plots/trajectories/<run>.csv``: as for the small models (stages/analysis/trajectories.py).
 """
 from __future__ import annotations
@@ -33,11 +38,12 @@ from stages.io.atomic import atomic_path
 from stages.io.hidden import schema, step_table
 from stages.io.tables import write_csv
 from stages.measures.probes import probe_accuracy, split_mask
-from stages.measures.rankme import rankme_batched
+from stages.measures.rankme import geometry
 from stages.pythia import evalsets, hub, scoring
 from stages.pythia.grammar import GENERATORS
 from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
 from stages.pythia.settings import pythia_run_id
+from stages.runtime import set_threads
 from stages.training.device import resolve_device
 
 hf_logging.disable_progress_bar()  # one tqdm bar per stage, not one per saved or loaded file
@@ -51,6 +57,11 @@ def probe_set(items: pd.DataFrame, per_set: int) -> pd.DataFrame:
     answers = [c[a] for c, a in zip(probe["choices"], probe["answer"])]
     codes = {a: i for i, a in enumerate(sorted(set(answers)))}
     return probe.assign(label=[codes[a] for a in answers])
+
+
+def chance_corrected(accuracy, chance):
+    """``(accuracy - chance) / (1 - chance)``: 0 at chance, 1 at perfect, negative below chance."""
+    return (accuracy - chance) / (1 - chance)
 
 
 def load(manifest: dict, entry: dict, device):
@@ -73,7 +84,8 @@ def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.Da
     batch_size = positive_int(get(params, "pythia.batch_size"), "pythia.batch_size")
     device = resolve_device(get(params, "pythia.device", "auto"), "pythia.device")
     train_fraction = fraction(get(params, "measures.probe.train_fraction"), "measures.probe.train_fraction")
-    ridge = positive_float(get(params, "measures.probe.ridge"), "measures.probe.ridge")
+    probe_c = positive_float(get(params, "measures.probe.C"), "measures.probe.C")
+    probe_iter = positive_int(get(params, "measures.probe.max_iter"), "measures.probe.max_iter")
     if device.type == "cpu":
         torch.set_num_threads(1)  # small models on a shared CPU: threads only contend
 
@@ -83,6 +95,7 @@ def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.Da
     if len(probe) < 4:
         raise PipelineError(f"'pythia.probe_per_set' = {per_set} leaves {len(probe)} probe items: too few")
     samples = np.arange(len(probe))
+    chance = pd.Series(scoring.chance(items)).groupby(items["eval_set"].values).mean()
     mask = split_mask(samples, train_fraction)
 
     rows, acc_rows, writer, sch = [], [], None, None
@@ -97,8 +110,10 @@ def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.Da
                 by_set = pd.Series(correct).groupby(items["eval_set"].values).agg(["mean", "size"])
                 for name, r in by_set.iterrows():
                     acc_rows.append({"run": rid, "step": step, "revision": entry["revision"], "eval_set": name,
-                                     "accuracy": float(r["mean"]), "n_items": int(r["size"])})
-                test_acc = float(by_set["mean"].mean()) if which == "mean" else float(by_set.loc[which, "mean"])
+                                     "accuracy": float(r["mean"]), "n_items": int(r["size"]),
+                                     "chance": float(chance[name])})
+                corrected = chance_corrected(by_set["mean"], chance[by_set.index])
+                test_acc = float(corrected.mean()) if which == "mean" else float(corrected.loc[which])
 
                 states = scoring.last_token_states(model, tokenizer, list(probe["context"]), batch_size, device)
                 if writer is None:
@@ -109,10 +124,12 @@ def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.Da
                 positions = np.asarray([len(tokenizer(c, add_special_tokens=False)["input_ids"])
                                         for c in probe["context"]])
                 writer.write_table(step_table(step, states, samples, positions, probe["label"].to_numpy(), sch))
-                ranks = rankme_batched(torch.as_tensor(states), device=device).cpu().numpy()
-                for layer, r in enumerate(ranks):
-                    rows.append({"run": rid, "step": step, "layer": layer, "rankme": float(r),
-                                 "probe_acc": probe_accuracy(states[layer], probe["label"].to_numpy(), mask, ridge),
+                geo = geometry(torch.as_tensor(states), device=device)
+                for layer in range(len(states)):
+                    rows.append({"run": rid, "step": step, "layer": layer,
+                                 **{k: v[layer].item() for k, v in geo.items()},
+                                 "probe_acc": probe_accuracy(states[layer], probe["label"].to_numpy(), mask,
+                                                             probe_c, probe_iter),
                                  "test_acc": test_acc, "n_params": n_params})
                 del model
         finally:
@@ -125,7 +142,9 @@ def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.Da
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "model")
     rid = pythia_run_id(args.model)
-    frame, acc = measure(args.model, load_params(args.params))
+    params = load_params(args.params)
+    set_threads(params)
+    frame, acc = measure(args.model, params)
     write_csv(acc, accuracy_file(rid))
     write_csv(frame, paths.measures_file(rid))
     write_csv(trajectory(frame), paths.trajectory_file(rid))

@@ -22,6 +22,7 @@ from stages.io.checkpoints import write_manifest
 from stages.io.datasets import load_split
 from stages.io.tables import write_csv
 from stages.models import GPT, PRESETS, model_config
+from stages.runtime import set_threads
 from stages.tasks import LEVELS, get_task
 from stages.training.device import resolve_device
 from stages.training.loop import TrainConfig, sequences, train
@@ -125,8 +126,10 @@ def _fingerprint(hp: dict, cfg, meta: dict, seed: int) -> str:
 @main_guard
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
+    params = load_params(args.params)
+    set_threads(params)
     clock = time.perf_counter()
-    manifest = run(args.task, args.level, args.model, args.seed, load_params(args.params))
+    manifest = run(args.task, args.level, args.model, args.seed, params)
     print(f"{manifest['run']}: {manifest['n_params']} params, {len(manifest['steps'])} checkpoints, "
           f"{time.perf_counter() - clock:.1f}s on {manifest['device']}")
 

@@ -22,6 +22,7 @@ from stages.io.atomic import atomic_path
 from stages.pythia import local_hub, suite
 from stages.pythia.hub import revision_step
 from stages.pythia.settings import revisions_of, train_settings
+from stages.runtime import set_threads
 
 KEY = "pythia.profiles.local"
 
@@ -76,6 +77,7 @@ def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool =
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv)
     params = load_params(args.params)
+    set_threads(params)
     cache_dir = get(params, f"{KEY}.cache_dir")
     train = get(params, f"{KEY}.train")
     if not isinstance(train, dict) or not train:

@@ -15,12 +15,13 @@ def repo_params() -> dict:
 def tiny_params(base: dict) -> dict:
     """The repository's params shrunk to seconds: small datasets, few steps and checkpoints."""
     p = copy.deepcopy(base)
-    p["grid"] = {"tasks": ["copy"], "levels": ["easy"], "models": ["p405k"]}
+    p["grid"] = {"tasks": ["copy"], "levels": ["easy"], "models": ["p405k"], "seeds": [0]}
     p["datasets"].update(n_train=256, n_test=64)
     p["train"]["defaults"].update(steps=12, batch_size=64, n_checkpoints=6, eval_train_max=64, device="cpu")
     p["train"]["tasks"] = {t: {} for t in p["train"]["tasks"]}
     p["extract"].update(probe_size=48, device="cpu")
     p["measures"]["device"] = "cpu"
+    p["events"]["bootstrap"]["resamples"] = 50
     p.pop("pythia", None)  # Pythia runs are opt-in here: tests/pythia_helpers.py has their tiny settings
     return p
 

@@ -19,11 +19,11 @@ def repo_dag():
 
 def test_dot_of_this_repo(repo_dag):
     nodes, edges = repo_dag
-    assert "generate@mod-hard" in nodes and "train@mod-hard-p405k" in nodes and "events" in nodes
-    assert ("generate@mod-hard", "train@mod-hard-p405k") in edges      # upstream -> downstream
-    assert ("train@mod-hard-p405k", "extract@mod-hard-p405k") in edges
-    assert ("extract@mod-hard-p405k", "measure@mod-hard-p405k") in edges
-    assert ("measure@copy-easy-p405k", "events") in edges
+    assert "generate@mod-hard" in nodes and "train@mod-hard-p405k-0" in nodes and "events" in nodes
+    assert ("generate@mod-hard", "train@mod-hard-p405k-0") in edges      # upstream -> downstream
+    assert ("train@mod-hard-p405k-0", "extract@mod-hard-p405k-0") in edges
+    assert ("extract@mod-hard-p405k-0", "measure@mod-hard-p405k-0") in edges
+    assert ("measure@copy-easy-p405k-0", "events") in edges
     assert nodes.index("generate@copy-easy") < nodes.index("generate@copy-medium")  # dvc.yaml order
 
 
@@ -33,7 +33,7 @@ def test_everything_stale_orders_upstream_first(repo_dag):
     assert sorted(plan.order) == sorted(nodes)
     pos = {s: i for i, s in enumerate(plan.order)}
     assert all(pos[u] < pos[d] for u, d in edges)
-    assert plan.upstream["measure@mod-easy-p405k"] == ["train@mod-easy-p405k", "extract@mod-easy-p405k"]
+    assert plan.upstream["measure@mod-easy-p405k-0"] == ["train@mod-easy-p405k-0", "extract@mod-easy-p405k-0"]
 
 
 def _reach(start, edges, forward=True):
@@ -52,19 +52,19 @@ def test_downstream_of_stale_is_stale(repo_dag):
     nodes, edges = repo_dag
     plan = build_plan(nodes, edges, {"generate@mod-hard"})
     assert set(plan.order) == _reach({"generate@mod-hard"}, edges)
-    assert {"train@mod-hard-p405k", "extract@mod-hard-p405k", "measure@mod-hard-p405k", "events"} <= set(plan.order)
+    assert {"train@mod-hard-p405k-0", "extract@mod-hard-p405k-0", "measure@mod-hard-p405k-0", "events"} <= set(plan.order)
     assert plan.order[0] == "generate@mod-hard" and plan.order[-1] == "events"
     pos = {s: i for i, s in enumerate(plan.order)}
     assert all(pos[u] < pos[d] for u, d in edges if u in pos and d in pos)
-    assert plan.upstream["train@mod-hard-p405k"] == ["generate@mod-hard"]
-    assert "measure@copy-easy-p405k" not in plan.upstream["events"]  # only stale upstreams are waited on
+    assert plan.upstream["train@mod-hard-p405k-0"] == ["generate@mod-hard"]
+    assert "measure@copy-easy-p405k-0" not in plan.upstream["events"]  # only stale upstreams are waited on
 
 
 def test_targets_limit_to_ancestors(repo_dag):
     nodes, edges = repo_dag
-    plan = build_plan(nodes, edges, set(nodes), targets=["measure@copy-easy-p405k"])
-    assert set(plan.order) == _reach({"measure@copy-easy-p405k"}, edges, forward=False)
-    assert plan.order[0] == "generate@copy-easy" and plan.order[-1] == "measure@copy-easy-p405k"
+    plan = build_plan(nodes, edges, set(nodes), targets=["measure@copy-easy-p405k-0"])
+    assert set(plan.order) == _reach({"measure@copy-easy-p405k-0"}, edges, forward=False)
+    assert plan.order[0] == "generate@copy-easy" and plan.order[-1] == "measure@copy-easy-p405k-0"
     assert len(build_plan(nodes, edges, {"generate@mul-hard"}, targets=["events"])) == 0
     with pytest.raises(PipelineError, match="unknown stage 'nope'"):
         build_plan(nodes, edges, set(), targets=["nope"])
@@ -77,7 +77,7 @@ def test_chains_of_the_default_grid(repo_dag):
     assert sorted(s for g, _ in tasks for s in g) == sorted(plan.order)  # a partition
     assert tasks[-1][0] == ["events"] and len(tasks) < len(plan.order)
     first = tasks[0][0]
-    assert first[:2] == ["generate@copy-easy", "train@copy-easy-p405k"]
+    assert first == ["generate@copy-easy"]  # it feeds three seeds' runs: no chain, so they run in parallel
     where = {s: i for i, (g, _) in enumerate(tasks) for s in g}
     for i, (group, after) in enumerate(tasks):  # every upstream stage is in an earlier task or earlier in the chain
         for k, s in enumerate(group):

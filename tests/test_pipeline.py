@@ -12,15 +12,15 @@ import yaml
 from stages import events, extract, generate, measure, paths, train
 from stages.io.checkpoints import listed_steps, step_file
 
-RUN = "copy-easy-p405k"
+RUN = "copy-easy-p405k-s0"
 ARGS = ["--task", "copy", "--level", "easy"]
 
 
 def run_pipeline():
     generate.main(ARGS)
-    train.main(ARGS + ["--model", "p405k"])
-    extract.main(ARGS + ["--model", "p405k"])
-    measure.main(ARGS + ["--model", "p405k"])
+    train.main(ARGS + ["--model", "p405k", "--seed", "0"])
+    extract.main(ARGS + ["--model", "p405k", "--seed", "0"])
+    measure.main(ARGS + ["--model", "p405k", "--seed", "0"])
     events.main([])
 
 
@@ -44,7 +44,13 @@ def test_tiny_pipeline_end_to_end(workdir):
     assert {"step", "test_acc", "rankme_rel", "rankme_layer2"} <= set(traj.columns) and traj["rankme_rel"].iloc[0] == 1
 
     metrics = json.loads((paths.METRICS / "events.json").read_text())
-    assert RUN in metrics["runs"] and "easy" in metrics["by_level"]
+    assert "copy-easy-p405k" in metrics["configurations"] and "easy" in metrics["by_level"]
+    runs = pd.read_csv(paths.DATA / "events" / "runs.csv")
+    assert set(runs["measure"]) == {"rankme", "rankme_centred"} and set(runs["run"]) == {RUN}
+    assert {"rankme_centred", "mean_dominance", "varies"} <= set(m.columns)
+    assert not m[m.layer == 0]["varies"].any() and m[m.layer == 0]["rankme_centred"].isna().all()
+    for name in ("threshold", "resolution"):
+        assert (paths.PLOTS / "sensitivity" / f"{name}.csv").is_file()
     assert (paths.DATA / "events" / "runs.csv").is_file() and (paths.METRICS / "cross_scale.json").is_file()
     assert (paths.PLOTS / "figures" / "trajectories.png").stat().st_size > 1000
     assert not list(paths.DATA.rglob("*.tmp")) and not list(paths.DATA.rglob("*.partial"))
@@ -52,7 +58,7 @@ def test_tiny_pipeline_end_to_end(workdir):
 
 def test_training_is_deterministic_and_resumes_after_a_crash(workdir, monkeypatch):
     generate.main(ARGS)
-    train.main(ARGS + ["--model", "p405k"])
+    train.main(ARGS + ["--model", "p405k", "--seed", "0"])
     reference = pd.read_csv(paths.history_file(RUN))
     final = step_file(paths.checkpoint_dir(RUN), 12).read_bytes()
 
@@ -73,13 +79,13 @@ def test_training_is_deterministic_and_resumes_after_a_crash(workdir, monkeypatc
     shutil.rmtree(paths.checkpoint_dir(RUN))
     paths.history_file(RUN).unlink()
     with pytest.raises(KeyboardInterrupt):
-        train.main(ARGS + ["--model", "p405k"])
+        train.main(ARGS + ["--model", "p405k", "--seed", "0"])
     assert not paths.checkpoint_dir(RUN).exists() and not paths.history_file(RUN).exists()
     partial = paths.checkpoint_dir(RUN).with_name(f".{RUN}.partial")
-    assert (partial / "resume.pt").is_file()
+    assert (partial / "resume.json").is_file()
 
     monkeypatch.setattr(loop, "save_state", original)
-    train.main(ARGS + ["--model", "p405k"])
+    train.main(ARGS + ["--model", "p405k", "--seed", "0"])
     resumed = pd.read_csv(paths.history_file(RUN))
     pd.testing.assert_frame_equal(resumed, reference)
     assert step_file(paths.checkpoint_dir(RUN), 12).read_bytes() == final
@@ -93,10 +99,10 @@ def cli(*args, cwd):
 @pytest.mark.parametrize("args,needle", [
     (["stages.generate", "--task", "copi", "--level", "easy"], "unknown task 'copi'"),
     (["stages.generate", "--task", "copy", "--level", "insane"], "unknown level 'insane'"),
-    (["stages.train", "--task", "copy", "--level", "easy", "--model", "gpt5"], "unknown model 'gpt5'"),
-    (["stages.train", "--task", "copy", "--level", "easy", "--model", "p405k"], "missing dataset directory: data/datasets/copy-easy"),
-    (["stages.extract", "--task", "copy", "--level", "easy", "--model", "p405k"], "missing checkpoint directory: data/checkpoints/copy-easy-p405k"),
-    (["stages.measure", "--task", "copy", "--level", "easy", "--model", "p405k"], "missing table: data/history/copy-easy-p405k.csv"),
+    (["stages.train", "--task", "copy", "--level", "easy", "--model", "gpt5", "--seed", "0"], "unknown model 'gpt5'"),
+    (["stages.train", "--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"], "missing dataset directory: data/datasets/copy-easy"),
+    (["stages.extract", "--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"], "missing checkpoint directory: data/checkpoints/copy-easy-p405k-s0"),
+    (["stages.measure", "--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"], "missing table: data/history/copy-easy-p405k-s0.csv"),
 ])
 def test_cli_errors_are_one_line(workdir, args, needle):
     result = cli(*args, cwd=workdir)
@@ -117,31 +123,31 @@ def test_bad_train_params(workdir, key, value, needle):
     params = yaml.safe_load((workdir / "params.yaml").read_text())
     params["train"]["defaults"][key] = value
     (workdir / "params.yaml").write_text(yaml.safe_dump(params))
-    result = cli("stages.train", *ARGS, "--model", "p405k", cwd=workdir)
+    result = cli("stages.train", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
     assert result.returncode == 2 and needle in result.stderr, result.stderr
     assert not paths.checkpoint_dir(RUN).exists() and not paths.history_file(RUN).exists()
 
 
 def test_corrupt_inputs_are_named_and_leave_no_output(workdir):
     generate.main(ARGS)
-    train.main(ARGS + ["--model", "p405k"])
+    train.main(ARGS + ["--model", "p405k", "--seed", "0"])
     ckpt = step_file(paths.checkpoint_dir(RUN), 2)
     ckpt.write_bytes(b"not a safetensors file")
-    result = cli("stages.extract", *ARGS, "--model", "p405k", cwd=workdir)
+    result = cli("stages.extract", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
     assert result.returncode == 2 and f"corrupt checkpoint: {ckpt}" in result.stderr
     assert not paths.hidden_file(RUN).exists() and not list(paths.hidden_file(RUN).parent.glob("*"))
     ckpt.unlink()
-    result = cli("stages.extract", *ARGS, "--model", "p405k", cwd=workdir)
+    result = cli("stages.extract", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
     assert result.returncode == 2 and f"missing checkpoint: {ckpt}" in result.stderr
 
     paths.hidden_file(RUN).parent.mkdir(parents=True, exist_ok=True)
     paths.hidden_file(RUN).write_bytes(b"PAR1 garbage")
-    result = cli("stages.measure", *ARGS, "--model", "p405k", cwd=workdir)
-    assert result.returncode == 2 and "corrupt Parquet file: data/hidden/copy-easy-p405k.parquet" in result.stderr
+    result = cli("stages.measure", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
+    assert result.returncode == 2 and "corrupt Parquet file: data/hidden/copy-easy-p405k-s0.parquet" in result.stderr
     assert not paths.measures_file(RUN).exists()
 
     (paths.dataset_dir("copy", "easy") / "test.parquet").write_bytes(b"junk")
-    result = cli("stages.train", *ARGS, "--model", "p405k", cwd=workdir)
+    result = cli("stages.train", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
     assert result.returncode == 2 and "corrupt Parquet file: data/datasets/copy-easy/test.parquet" in result.stderr
 
 

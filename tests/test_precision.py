@@ -35,7 +35,7 @@ def test_explicit_choices_and_bad_name():
 
 def _defaults():
     return {"steps": 4, "lr": 1e-3, "weight_decay": 0.0, "batch_size": 8, "warmup": 0, "schedule": "constant",
-            "betas": [0.9, 0.98], "grad_clip": 1.0, "seed": 0, "device": "cpu", "n_checkpoints": 3,
+            "betas": [0.9, 0.98], "grad_clip": 1.0, "device": "cpu", "n_checkpoints": 3,
             "log_fraction": 0.5, "log_until": 0.1, "eval_batch_size": 16}
 
 

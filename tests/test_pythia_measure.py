@@ -2,9 +2,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from stages.analysis.runs import run_events
 from stages import events, fetch_pythia, paths, pythia_evals, pythia_measure, train_suite
 from stages.io.hidden import hidden_manifest, iter_steps
-from stages.pythia.paths import accuracy_file, manifest_file
+from stages.pythia import evalsets
+from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
 from tests.pythia_helpers import pythia_params
 
 COLUMNS = ["run", "step", "layer", "rankme", "probe_acc", "test_acc", "n_params"]
@@ -32,12 +34,18 @@ def test_pipeline_writes_small_model_formats(pythia_workdir):
     frame = pd.read_csv(paths.measures_file(rid))
     assert list(frame.columns) == COLUMNS
     assert sorted(frame["step"].unique()) == [0, 2, 4] and sorted(frame["layer"].unique()) == [0, 1]
-    assert (frame["rankme"] > 1).all() and frame["test_acc"].between(0, 1).all()
+    assert (frame["rankme"] > 1).all() and (frame["test_acc"] <= 1).all()
     assert frame["n_params"].nunique() == 1 and (frame["run"] == rid).all()
     acc = pd.read_csv(accuracy_file(rid))
+    assert list(acc.columns) == ["run", "step", "revision", "eval_set", "accuracy", "n_items", "chance"]
     assert acc.groupby("step").size().eq(8).all()  # one row per evaluation set and revision
-    mean = acc.groupby("step")["accuracy"].mean()
-    assert frame.groupby("step")["test_acc"].first().round(6).equals(mean.round(6))
+    assert acc["accuracy"].between(0, 1).all()
+    items = evalsets.read(EVALS_FILE)
+    expected = items.assign(c=items["choices"].map(lambda c: 1 / len(c))).groupby("eval_set")["c"].mean()
+    assert (acc["chance"] - acc["eval_set"].map(expected)).abs().max() < 1e-12  # mean over items of 1 / choices
+    assert expected["negation"] == 0.5 and expected["antonym"] == 0.25
+    corrected = ((acc["accuracy"] - acc["chance"]) / (1 - acc["chance"])).groupby(acc["step"]).mean()
+    assert frame.groupby("step")["test_acc"].first().round(6).equals(corrected.round(6))
     traj = pd.read_csv(paths.trajectory_file(rid))
     assert {"step", "test_acc", "rankme_rel", "rankme_last", "rankme_layer1"} <= set(traj.columns)
 
@@ -47,9 +55,10 @@ def test_pipeline_writes_small_model_formats(pythia_workdir):
     assert hidden_manifest(paths.hidden_file(rid))["repo_id"] == "local/pythia-tiny"
 
     params = yaml.safe_load(open("params.yaml"))
-    assert ("pythia", "lm", "tiny") in events.grid_runs(params)
-    row, layers = events.run_events(frame, events.event_params(params))
-    assert row["total_steps"] == 4 and len(layers) == 2
+    assert ("pythia", "lm", "tiny", None) in events.grid_runs(params)
+    rows, layers = run_events(frame, events.settings(params).rules)
+    assert {r["measure"] for r in rows} == {"rankme", "rankme_centred"} and rows[0]["total_steps"] == 4
+    assert {"rankme_centred", "mean_dominance", "varies"} <= set(frame.columns)
 
 
 def test_missing_revision_is_one_line_error(pythia_workdir, capsys):

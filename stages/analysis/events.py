@@ -127,12 +127,12 @@ def precursor_verdict(end_step: int | None, acquisition_step: int | None, steps,
 
     ``True``: it ended at least ``min_lead`` (default ``rules.min_lead``) of the acquisition step
     earlier, with ``rules.min_checkpoints`` checkpoints of ``steps`` strictly between.
-    ``False``: no transition, or it ended too late. ``None``: no acquisition, or the lead is long
+    ``False``: no transition, or it ended too late (at or after acquisition, or with too short a lead). ``None``: no acquisition, or the lead is long
     enough but too few checkpoints separate the events to tell them apart.
     """
     if acquisition_step is None:
         return None
-    if end_step is None:
+    if end_step is None or end_step >= acquisition_step:
         return False
     frac = lead_fraction(end_step, acquisition_step)
     if frac is None or frac < (rules.min_lead if min_lead is None else min_lead):

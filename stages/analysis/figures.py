@@ -24,6 +24,9 @@ def trajectories_figure(runs: list[str], out: str | os.PathLike, events: pd.Data
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
     for ax, rid in zip(axes.flat, runs):
         frame = read_csv(paths.measures_file(rid))
+        if "varies" in frame.columns:  # input-independent layers (a fixed token's embedding) carry no geometry
+            keep = frame.groupby("layer")["varies"].transform(lambda v: v.astype(str).str.lower().eq("true").any())
+            frame = frame[keep]
         frame = frame.assign(layer=lambda f: f["layer"].astype(str))
         sns.lineplot(data=frame, x="step", y="rankme", hue="layer", ax=ax, palette="viridis", legend="brief")
         ax.set_xscale("symlog", linthresh=1)  # log steps, with step 0 (initialisation) kept

@@ -1,11 +1,26 @@
-"""Write to a temporary path, then rename: a crash never leaves output looking complete."""
+"""Write to a temporary path, then rename: a crash never leaves output looking complete.
+
+Temporary siblings are named ``.atomic-<name>.<host>-<pid>.<random>.tmp``. Before the rename they get
+the permissions an ordinary ``open`` would give under the user's umask (``mkstemp`` and ``mkdtemp``
+make them private). A hard kill (SIGKILL, power loss) can leave one behind: the next write into the
+same directory removes those untouched for :data:`STALE_SECONDS`, unless a live process on this
+host still owns it.
+"""
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
+
+TMP_PREFIX = ".atomic-"
+TMP_SUFFIX = ".tmp"
+STALE_SECONDS = 3600
+_OWNER = re.compile(r"\.([A-Za-z0-9-]*)-(\d+)\.[^.]+" + re.escape(TMP_SUFFIX) + "$")
 
 
 def _remove(path: Path) -> None:
@@ -15,22 +30,92 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32]
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (``os.umask`` can only set it, which would race
+    with other threads creating files); falls back to a set-and-restore where /proc is missing."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # the restrictive value for the instant it is set
+    os.umask(mask)
+    return mask
+
+
+def _alive(host: str, pid: int) -> bool:
+    if host != _host():
+        return False  # another machine on a shared filesystem: only the age counts
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _newest_mtime(path: Path) -> float:
+    newest = path.lstat().st_mtime
+    if path.is_dir() and not path.is_symlink():
+        for root, dirs, files in os.walk(path):
+            for name in dirs + files:
+                with contextlib.suppress(OSError):
+                    newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+    return newest
+
+
+def remove_stale(directory: str | os.PathLike, max_age: float = STALE_SECONDS) -> list[Path]:
+    """Delete this module's temporary files and directories in ``directory`` that nothing has touched
+    for ``max_age`` seconds and whose writer is not running; return what was removed."""
+    removed = []
+    now = time.time()
+    try:
+        candidates = [p for p in Path(directory).iterdir()
+                      if p.name.startswith(TMP_PREFIX) and p.name.endswith(TMP_SUFFIX)]
+    except OSError:
+        return removed
+    for path in candidates:
+        try:
+            if now - _newest_mtime(path) < max_age:
+                continue
+            owner = _OWNER.search(path.name)
+            if owner and _alive(owner.group(1), int(owner.group(2))):
+                continue
+            _remove(path)
+            removed.append(path)
+        except OSError:
+            continue  # another writer's cleanup got there first, or it is not ours to remove
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, directory: bool = False):
     """Yield a temporary sibling of ``path``; move it onto ``path`` only if the block succeeds.
 
     With ``directory=True`` the temporary path is an (empty) directory that replaces ``path`` whole.
+    The result has umask permissions (``0o666 & ~umask`` for a file, ``0o777 & ~umask`` for a directory).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(path.parent)
+    prefix = f"{TMP_PREFIX}{path.name}.{_host()}-{os.getpid()}."
     if directory:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=TMP_SUFFIX, dir=path.parent))
     else:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, name = tempfile.mkstemp(prefix=prefix, suffix=TMP_SUFFIX, dir=path.parent)
         os.close(fd)
         tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, (0o777 if directory else 0o666) & ~current_umask())
     except BaseException:
         _remove(tmp)
         raise

@@ -8,19 +8,28 @@ checkpoint ``w*``, each chain repeats, on a fresh minibatch of ``batch_size`` ex
 where ``L_batch`` is the mean answer loss on the minibatch, ``nbeta`` the inverse temperature
 (default ``m / log m`` for minibatch size ``m``, devinterp's ``default_nbeta``) and ``gamma`` the
 localisation strength. The minibatch loss of every step after ``burn_in`` is recorded (computed in
-the same forward pass as the gradient, before the update) and
+the same forward pass as the gradient, before the update) and, per chain,
 
-    llc = nbeta * (mean recorded loss - L(w*))
+    llc_chain = nbeta * (mean recorded loss - L(w*))
 
-with ``L(w*)`` the mean loss of the checkpoint over the whole sample. The estimate is averaged
-over chains (``llc``) and their spread reported (``llc_std``). Chains are seeded: the minibatches
-and the noise are functions of ``(seed, chain)``, so results are deterministic.
+with ``L(w*)`` the mean loss of the checkpoint over the whole sample. ``llc`` is the mean over
+chains; ``llc_std`` their standard deviation (``ddof=0``), ``per_chain`` the values themselves.
+Chains are seeded: the minibatches and the noise are functions of ``(seed, chain)``, so results
+are deterministic.
+
+**Calibration check** (devinterp's guidance: after burn-in the loss trace must be stationary, with
+no trend and no blow-up): :func:`trace_drift` fits a least-squares line to the chain-averaged
+loss trace over the second half of the recorded draws and returns the fitted change across that
+window divided by the standard deviation of the residuals about the line. A flat trace gives a
+drift of order ``sqrt(12 / n)`` (``n`` draws in the window, pure noise); a trace still climbing
+towards equilibrium, or running away, gives a large one. :func:`is_stationary` is ``True`` when
+every recorded loss is finite and ``|drift| <= max_drift``.
 """
 from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -33,12 +42,54 @@ class LLCResult:
     llc_std: float
     init_loss: float
     per_chain: list[float]
-    loss_trace: np.ndarray  # [chains, steps] minibatch losses (burn-in included)
+    loss_trace: np.ndarray  # [chains, draws] minibatch losses (burn-in included)
+    burn_in: int = 0
+    drift: float = float("nan")  # trace_drift of loss_trace
+    stationary: bool = False     # is_stationary of loss_trace
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def chain_min(self) -> float:
+        return float(min(self.per_chain))
+
+    @property
+    def chain_max(self) -> float:
+        return float(max(self.per_chain))
 
 
 def default_nbeta(batch_size: int) -> float:
     """``m / log m``, devinterp's default inverse temperature for minibatch size ``m``."""
     return batch_size / math.log(batch_size) if batch_size > 1 else 1.0
+
+
+def trace_drift(trace, burn_in: int = 0) -> float:
+    """Fitted change of the chain-averaged loss over the second half of the draws after
+    ``burn_in``, in units of the residual standard deviation (see the module docstring).
+    ``nan`` when the window has fewer than 4 draws or a non-finite loss; ``inf`` when the trace
+    is exactly linear with a slope (no residual noise)."""
+    trace = np.atleast_2d(np.asarray(trace, dtype=float))
+    kept = trace[:, burn_in:]
+    window = kept[:, kept.shape[1] // 2:].mean(axis=0)
+    n = len(window)
+    if n < 4 or not np.isfinite(window).all():
+        return float("nan")
+    t = np.arange(n, dtype=float)
+    slope, intercept = np.polyfit(t, window, 1)
+    resid = window - (slope * t + intercept)
+    sigma = float(resid.std(ddof=2))
+    change = float(slope * (n - 1))
+    if sigma == 0:
+        return 0.0 if change == 0 else math.copysign(float("inf"), change)
+    return change / sigma
+
+
+def is_stationary(trace, burn_in: int = 0, max_drift: float = 2.0) -> bool:
+    """``True`` when every loss of ``trace`` is finite and ``|trace_drift| <= max_drift``."""
+    trace = np.asarray(trace, dtype=float)
+    if not np.isfinite(trace).all():
+        return False
+    drift = trace_drift(trace, burn_in)
+    return bool(np.isfinite(drift) and abs(drift) <= max_drift)
 
 
 def sgld_step(params: list[torch.Tensor], anchors: list[torch.Tensor], lr: float, nbeta: float, gamma: float,
@@ -58,7 +109,8 @@ def sgld_step(params: list[torch.Tensor], anchors: list[torch.Tensor], lr: float
 def estimate_llc(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor],
                  data: torch.Tensor, *, lr: float = 1e-4, gamma: float = 100.0, nbeta: float | None = None,
                  chains: int = 2, draws: int = 50, burn_in: int = 0, batch_size: int = 64, seed: int = 0,
-                 eval_batch_size: int = 1024, progress: Callable[[], None] | None = None) -> LLCResult:
+                 max_drift: float = 2.0, eval_batch_size: int = 1024,
+                 progress: Callable[[], None] | None = None) -> LLCResult:
     """LLC of ``model`` (left untouched) for ``loss_fn(model, rows)`` (mean loss of rows of ``data``)."""
     if draws <= burn_in:
         raise ValueError(f"draws ({draws}) must exceed burn_in ({burn_in})")
@@ -86,4 +138,7 @@ def estimate_llc(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, tor
                 progress()
     per_chain = nbeta * (trace[:, burn_in:].mean(axis=1) - init)
     return LLCResult(llc=float(per_chain.mean()), llc_std=float(per_chain.std()), init_loss=init,
-                     per_chain=[float(v) for v in per_chain], loss_trace=trace)
+                     per_chain=[float(v) for v in per_chain], loss_trace=trace, burn_in=burn_in,
+                     drift=trace_drift(trace, burn_in), stationary=is_stationary(trace, burn_in, max_drift),
+                     settings={"lr": lr, "gamma": gamma, "nbeta": nbeta, "chains": chains, "draws": draws,
+                               "burn_in": burn_in, "batch_size": batch_size})

@@ -4,6 +4,14 @@
 
 computed on the raw (uncentred) embedding matrix ``Z`` of shape ``[n_samples, dim]``. It is a
 smooth effective rank: ``r`` equal non-zero singular values give ``r``.
+
+Raw RankMe counts the mean state as a direction: when one shared direction dominates every sample
+(``mean_dominance`` near 1), raw RankMe drops even if the states still vary in many directions.
+**Centred RankMe** is RankMe of ``Z - mean(Z)``, the geometry of the variation across samples
+alone. ``mean_dominance = |mean(Z)| / sqrt(mean_i |z_i|^2)`` (in [0, 1]; 1 = every sample equals
+the mean) tells which of the two a change in raw RankMe comes from. A layer whose states do not
+vary across samples (``variance_share = 1 - mean_dominance^2 <= CONSTANT_SHARE``, e.g. the
+embedding of a fixed ``=`` token) has no centred geometry: its centred RankMe is NaN.
 """
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ import numpy as np
 import torch
 
 EPS = 1e-7
+CONSTANT_SHARE = 1e-6  # variance share at or below which a layer's states count as input-independent
 
 
 def rankme_from_singular_values(s) -> float:
@@ -34,11 +43,13 @@ def rankme(z) -> float:
 CHUNK_BYTES = 1 << 30  # float32 input per batched SVD call; the SVD workspace is of the same order
 
 
-def rankme_batched(z: torch.Tensor, device: torch.device | str | None = None, chunk: int | None = None) -> torch.Tensor:
+def rankme_batched(z: torch.Tensor, device: torch.device | str | None = None, chunk: int | None = None,
+                   centre: bool = False) -> torch.Tensor:
     """RankMe of a stack ``[batch, n, d]`` (float32 SVD, float64 entropy), computed on ``device``
     (default: ``z``'s) in chunks of ``chunk`` matrices, by default as many as fit ``CHUNK_BYTES``, so
     GPU memory stays bounded however many layers/checkpoints are stacked. Each matrix's value does
-    not depend on the chunking. Returns a float64 tensor on ``device``."""
+    not depend on the chunking. ``centre`` subtracts each matrix's mean row first (centred RankMe).
+    Returns a float64 tensor on ``device``."""
     device = torch.device(device) if device is not None else z.device
     if z.dim() != 3:
         raise ValueError(f"rankme_batched expects [batch, n, d], got shape {tuple(z.shape)}")
@@ -47,7 +58,35 @@ def rankme_batched(z: torch.Tensor, device: torch.device | str | None = None, ch
     out = []
     for start in range(0, z.shape[0], chunk):
         part = z[start:start + chunk].to(device=device, dtype=torch.float32)
+        if centre:
+            part = part - part.mean(dim=1, keepdim=True)
         s = torch.linalg.svdvals(part).double()
         p = s / s.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny) + EPS
         out.append(torch.exp(-(p * p.log()).sum(dim=-1)))
     return torch.cat(out) if out else torch.empty(0, dtype=torch.float64, device=device)
+
+
+def mean_dominance(z: torch.Tensor) -> torch.Tensor:
+    """``|mean(Z)| / sqrt(mean_i |z_i|^2)`` of each matrix of a stack ``[batch, n, d]`` (float64);
+    0 for an all-zero matrix."""
+    z = z.to(torch.float64)
+    mean_norm = z.mean(dim=1).norm(dim=-1)
+    rms = z.pow(2).sum(dim=-1).mean(dim=1).sqrt()
+    return torch.where(rms > 0, mean_norm / rms.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(rms))
+
+
+def varies(dominance) -> np.ndarray:
+    """Whether states vary across samples: variance share ``1 - dominance^2`` above CONSTANT_SHARE."""
+    d = np.asarray(dominance, dtype=np.float64)
+    return (1.0 - d * d) > CONSTANT_SHARE
+
+
+def geometry(stack: torch.Tensor, device=None, chunk: int | None = None) -> dict[str, np.ndarray]:
+    """Per matrix of ``stack`` ``[batch, n, d]``: ``rankme`` (raw), ``rankme_centred`` (NaN where the
+    states do not vary), ``mean_dominance`` and ``varies`` (numpy arrays of length ``batch``)."""
+    raw = rankme_batched(stack, device=device, chunk=chunk).cpu().numpy()
+    centred = rankme_batched(stack, device=device, chunk=chunk, centre=True).cpu().numpy()
+    dominance = mean_dominance(stack).cpu().numpy()
+    varying = varies(dominance)
+    return {"rankme": raw, "rankme_centred": np.where(varying, centred, np.nan),
+            "mean_dominance": dominance, "varies": varying}

@@ -80,6 +80,12 @@ def accuracy(items: pd.DataFrame, loglik: list[np.ndarray]) -> np.ndarray:
     return np.asarray(correct)
 
 
+def chance(items: pd.DataFrame) -> np.ndarray:
+    """Each item's chance level, ``1 / (number of choices)``: the expected accuracy of a guess (the
+    mean over a set's items is the set's chance level)."""
+    return np.asarray([1.0 / len(c) for c in items["choices"]])
+
+
 @torch.no_grad()
 def last_token_states(model, tokenizer, contexts: list[str], batch_size: int, device) -> np.ndarray:
     """``[n_layers + 1, n, d]``: every layer's hidden state at each context's last token (after BOS)."""

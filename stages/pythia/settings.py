@@ -1,17 +1,15 @@
 """The ``pythia`` section of params.yaml: the active profile, its models and revisions, run ids."""
 from __future__ import annotations
 
-import re
-
-from stages.config import choose, get, positive_int, run_id
+from stages.config import choose, get, name_argument, positive_int, run_id
 from stages.errors import PipelineError
 from stages.pythia.hub import offline_mode, revision_step
 
 TASK, LEVEL = "pythia", "lm"  # Pythia runs join the grid as task "pythia", level "lm", model = size
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def pythia_run_id(model: str) -> str:
+    """``pythia-lm-<model>``; a bad model name is rejected (naming ``--model``) before any path is built."""
     return run_id(TASK, LEVEL, model)
 
 
@@ -20,8 +18,7 @@ def models(params: dict) -> list[str]:
     if not isinstance(names, list) or not names:
         raise PipelineError("'pythia.models' must be a non-empty list")
     for name in names:
-        if not isinstance(name, str) or not _MODEL_NAME.match(name):
-            raise PipelineError(f"'pythia.models' has a bad model name {name!r}")
+        name_argument(name, "pythia.models")
     return names
 
 
@@ -42,6 +39,7 @@ def profile(params: dict) -> tuple[str, dict]:
 
 def source(params: dict, model: str) -> dict:
     """Where ``model`` comes from under the active profile: repo id, cache dir, offline flag, revisions."""
+    name_argument(model, "--model")
     name, prof = profile(params)
     key = f"pythia.profiles.{name}"
     if model not in models(params):
@@ -70,6 +68,7 @@ def revisions_of(values, key: str) -> list[str]:
 
 
 def train_settings(params: dict, model: str) -> dict:
+    name_argument(model, "pythia.profiles.local.train")  # a model name becomes a repo and cache path
     key = f"pythia.profiles.local.train.{model}"
     cfg = get(params, key)
     for k in ("hidden_size", "layers", "heads", "seq_len", "steps", "batch_size", "warmup", "seed"):

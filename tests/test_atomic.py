@@ -1,0 +1,97 @@
+"""stages/io/atomic.py: umask permissions on the result, a recognisable temporary name, and removal of
+stale temporaries a hard kill left behind."""
+import os
+import stat
+import time
+
+import pytest
+
+from stages.io import atomic
+from stages.io.atomic import STALE_SECONDS, TMP_PREFIX, TMP_SUFFIX, atomic_path, write_text
+
+
+@pytest.fixture
+def umask():
+    """Set a umask for the test and restore the previous one."""
+    saved = os.umask(0o022)
+    os.umask(saved)
+
+    def use(mask):
+        os.umask(mask)
+        return mask
+
+    yield use
+    os.umask(saved)
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o002, 0o077])
+def test_files_get_umask_permissions(tmp_path, umask, mask):
+    umask(mask)
+    assert atomic.current_umask() == mask
+    write_text(tmp_path / "a.txt", "x")
+    assert mode(tmp_path / "a.txt") == 0o666 & ~mask
+    with atomic_path(tmp_path / "d", directory=True) as tmp:
+        (tmp / "f").write_text("y")
+    assert mode(tmp_path / "d") == 0o777 & ~mask
+    with atomic_path(tmp_path / "b.bin") as tmp:  # a writer that replaces the temporary file
+        tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.close(fd)
+    assert mode(tmp_path / "b.bin") == 0o666 & ~mask
+
+
+def test_temporary_names_are_recognisable_and_cleaned_on_failure(tmp_path):
+    with atomic_path(tmp_path / "out.csv") as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(f"{TMP_PREFIX}out.csv.") and tmp.name.endswith(TMP_SUFFIX)
+        assert f"-{os.getpid()}." in tmp.name
+    with pytest.raises(RuntimeError):
+        with atomic_path(tmp_path / "fail.csv") as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("crash")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def _age(path, seconds):
+    then = time.time() - seconds
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.utime(os.path.join(root, name), (then, then))
+    os.utime(path, (then, then))
+
+
+def test_stale_temporaries_are_removed_on_the_next_write(tmp_path):
+    host = atomic._host()
+    old_file = tmp_path / f"{TMP_PREFIX}x.csv.{host}-999999999.abc123.tmp"   # dead writer, 2 h old
+    old_dir = tmp_path / f"{TMP_PREFIX}hub.otherhost-12.zz_9.tmp"           # another machine, 2 h old
+    fresh = tmp_path / f"{TMP_PREFIX}y.csv.{host}-999999999.def456.tmp"     # dead writer, but recent
+    live = tmp_path / f"{TMP_PREFIX}z.csv.{host}-{os.getpid()}.ghi789.tmp"  # 2 h old, writer alive
+    busy = tmp_path / f"{TMP_PREFIX}w.{host}-999999999.jkl.tmp"             # old dir, a file inside written now
+    mine = tmp_path / ".notes.tmp"                                          # not ours: never touched
+    old_file.write_text("junk")
+    old_dir.mkdir()
+    (old_dir / "weights").write_text("junk")
+    fresh.write_text("junk")
+    live.write_text("junk")
+    busy.mkdir()
+    (busy / "part").write_text("junk")
+    mine.write_text("keep")
+    for path in (old_file, old_dir, live, mine):
+        _age(path, 2 * STALE_SECONDS)
+    _age(busy, 2 * STALE_SECONDS)
+    os.utime(busy / "part")
+
+    write_text(tmp_path / "result.txt", "ok")
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {"result.txt", fresh.name, live.name, busy.name, mine.name}
+
+    other = tmp_path / "sub"
+    other.mkdir()
+    stale_elsewhere = other / f"{TMP_PREFIX}q.{host}-999999999.x.tmp"
+    stale_elsewhere.write_text("junk")
+    _age(stale_elsewhere, 2 * STALE_SECONDS)
+    write_text(tmp_path / "again.txt", "ok")
+    assert stale_elsewhere.exists()  # only the target's own directory is cleaned

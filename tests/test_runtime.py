@@ -1,0 +1,85 @@
+"""``runtime.threads``: one validated setting, applied by every computing stage, tracked by DVC."""
+import ast
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from stages.errors import PipelineError
+from stages.runtime import set_threads
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ["train", "extract", "measure", "landscape", "pythia_measure", "train_suite", "events"]
+
+
+@pytest.fixture
+def keep_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_set_threads(keep_threads):
+    assert set_threads({"runtime": {"threads": 3}}) == 3 and torch.get_num_threads() == 3
+    assert set_threads({"runtime": {"threads": 1}}) == 1 and torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("params", [{}, {"runtime": {}}, {"runtime": {"threads": 0}}, {"runtime": {"threads": -2}},
+                                    {"runtime": {"threads": "2"}}, {"runtime": {"threads": 1.5}},
+                                    {"runtime": {"threads": True}}, {"runtime": {"threads": None}}])
+def test_bad_threads_are_named(keep_threads, params):
+    with pytest.raises(PipelineError, match="runtime.threads"):
+        set_threads(params)
+
+
+def test_params_yaml_sets_it(repo_params):
+    threads = repo_params["runtime"]["threads"]
+    assert isinstance(threads, int) and threads > 0
+    assert list(repo_params).index("runtime") <= 2  # near the top, with the grid
+
+
+def _main(module: str) -> ast.FunctionDef:
+    tree = ast.parse((ROOT / "stages" / f"{module}.py").read_text())
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+
+
+@pytest.mark.parametrize("module", STAGES)
+def test_every_stage_main_sets_threads_before_its_work(module):
+    body = _main(module).body
+    calls = [i for i, stmt in enumerate(body) for n in ast.walk(stmt)
+             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "set_threads"]
+    assert len(calls) == 1, f"stages/{module}.py main() must call set_threads(params) once"
+    # nothing but argument parsing, the run id and reading params.yaml comes before it
+    for stmt in body[:calls[0]]:
+        called = {getattr(n.func, "id", getattr(n.func, "attr", None)) for n in ast.walk(stmt) if isinstance(n, ast.Call)}
+        assert called <= {"stage_arguments", "run_id", "pythia_run_id", "load_params"}, (module, called)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_dvc_tracks_runtime(stage):
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"][stage]
+    assert "runtime" in spec["params"] and "stages/runtime.py" in spec["deps"]
+
+
+@pytest.mark.parametrize("landscape_threads,expected", [(0, 2), (1, 1)])
+def test_landscape_threads_overrides_when_nonzero(keep_threads, workdir, landscape_threads, expected):
+    from stages import landscape
+
+    params = yaml.safe_load((workdir / "params.yaml").read_text())
+    params["runtime"]["threads"] = 2
+    params["landscape"]["threads"] = landscape_threads
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    torch.set_num_threads(3)
+    with pytest.raises(SystemExit):  # no checkpoints in the empty workdir: fails right after the threads are set
+        landscape.main(["--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"])
+    assert torch.get_num_threads() == expected
+
+
+def test_check_reproducible_script_is_valid_bash():
+    script = ROOT / "scripts" / "check_reproducible.sh"
+    assert script.stat().st_mode & 0o111
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "git clone" in text and "git status --porcelain dvc.lock metrics plots" in text and "Main job" in text
