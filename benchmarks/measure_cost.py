@@ -1,12 +1,23 @@
-"""Cost of each landscape measure on one checkpoint relative to one training step, measured in one run.
+"""Cost of each landscape measure on one checkpoint, relative to one training step, and of the whole
+``landscape`` stage on one run.
 
-    python benchmarks/measure_cost.py --task mod --level hard --model p405k [--step 1000] [--repeats 3]
+    python benchmarks/measure_cost.py --task mod --level hard --model p405k [--seed 0] [--step 295]
+                                      [--repeats 3] [--stage] [--params params.yaml]
 
-Uses the run's checkpoint when ``data/checkpoints/<run>/`` exists (``--step``, default its last),
-otherwise a freshly initialised model of the preset; the dataset is generated in memory from
+Uses the run's checkpoint when ``data/checkpoints/<run>/`` exists (``--step``, default the last of
+the checkpoints the stage would measure), otherwise a freshly initialised model of the preset; the
+dataset is read from ``data/datasets/<task>-<level>`` when present, else generated in memory from
 params.yaml. A training step is one AdamW update on a ``train`` batch (forward, backward, clip,
-step); each measure uses the ``landscape`` params as the stage does, on the same device and
-thread count. Prints seconds (median of ``--repeats``) and the ratio to one training step.
+step); each measure uses the ``landscape`` params as the stage does, on the same device and thread
+count. Prints seconds (median of ``--repeats``, after one warm-up call) and the ratio to one
+training step, then the projected cost of the run: per-checkpoint total x the number of
+checkpoints the stage chooses (``stages.landscape.choose_steps``; ``max_checkpoints`` without a
+history). ``--stage`` also runs the stage itself on the run (nothing written) and prints its time,
+warm-up included.
+
+Seconds are CPU seconds of this process (``time.process_time``), with wall seconds beside them: on
+one thread the CPU time is what the work costs on an idle core, while the wall time also counts
+waiting for a core on a busy machine.
 """
 from __future__ import annotations
 
@@ -23,21 +34,38 @@ import torch  # noqa: E402
 
 from stages import paths  # noqa: E402
 from stages.config import load_params, run_id  # noqa: E402
-from stages.generate import generate  # noqa: E402
 from stages.io.checkpoints import load_model, read_manifest  # noqa: E402
-from stages.landscape import landscape_params, measure_checkpoint  # noqa: E402
+from stages.io.datasets import load_split  # noqa: E402
+from stages.io.history import accuracy_by_step  # noqa: E402
+from stages.landscape import choose_steps, landscape, landscape_params, measure_checkpoint  # noqa: E402
 from stages.models import GPT, model_config  # noqa: E402
 from stages.train import resolve_train_params  # noqa: E402
 from stages.training.loop import answer_loss, sequences  # noqa: E402
 
 
-def timed(fn, repeats: int) -> float:
-    times = []
+def timed(fn, repeats: int) -> tuple[float, float]:
+    """``(CPU seconds, wall seconds)`` of one call, medians of ``repeats`` after a warm-up call
+    (torch.func compiles its batching rules on the first)."""
+    fn()
+    cpu, wall = [], []
     for _ in range(repeats):
-        clock = time.perf_counter()
+        c, w = time.process_time(), time.perf_counter()
         fn()
-        times.append(time.perf_counter() - clock)
-    return statistics.median(times)
+        cpu.append(time.process_time() - c)
+        wall.append(time.perf_counter() - w)
+    return statistics.median(cpu), statistics.median(wall)
+
+
+def dataset(task: str, level: str, params: dict) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(train prompts, train answers, prompt_len, vocab_size), from disk when the stage's input exists."""
+    directory = paths.dataset_dir(task, level)
+    if directory.is_dir():
+        prompt, answer, meta = load_split(directory, "train")
+        return prompt, answer, meta["prompt_len"], meta["vocab_size"]
+    from stages.generate import generate
+
+    ds = generate(task, level, params)
+    return ds.train_prompt, ds.train_answer, ds.train_prompt.shape[1], ds.vocab_size
 
 
 def main() -> None:
@@ -45,8 +73,10 @@ def main() -> None:
     parser.add_argument("--task", default="mod")
     parser.add_argument("--level", default="hard")
     parser.add_argument("--model", default="p405k")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--stage", action="store_true", help="also time the whole stage on the run")
     parser.add_argument("--params", default=None)
     args = parser.parse_args()
     params = load_params(args.params)
@@ -54,19 +84,24 @@ def main() -> None:
     if p["threads"]:
         torch.set_num_threads(p["threads"])
     device = p["device"]
-    ds = generate(args.task, args.level, params)
-    prompt_len = ds.train_prompt.shape[1]
-    rid = run_id(args.task, args.level, args.model)
+    prompt, answer, prompt_len, vocab = dataset(args.task, args.level, params)
+    rid = run_id(args.task, args.level, args.model, args.seed)
+    n_checkpoints, chosen = p["max_checkpoints"], None
     if paths.checkpoint_dir(rid).is_dir():
         manifest = read_manifest(paths.checkpoint_dir(rid))
-        step = args.step if args.step is not None else manifest["steps"][-1]
+        if paths.history_file(rid).is_file():
+            chosen, acq = choose_steps(manifest["steps"], accuracy_by_step(rid), p["max_checkpoints"],
+                                       p["after_acquisition"], p["acquisition_threshold"], p["acquisition_window"])
+            n_checkpoints = len(chosen)
+            print(f"{rid}: acquisition at step {acq}; the stage measures {n_checkpoints} checkpoints: {chosen}")
+        step = args.step if args.step is not None else (chosen or manifest["steps"])[-1]
         model, source = load_model(paths.checkpoint_dir(rid), step, manifest, device), f"checkpoint step {step}"
     else:
         torch.manual_seed(0)
-        cfg = model_config(args.model, ds.vocab_size, prompt_len + ds.train_answer.shape[1] - 1)
+        cfg = model_config(args.model, vocab, prompt_len + answer.shape[1] - 1)
         model, source = GPT(cfg).to(device), "fresh initialisation (no checkpoints found)"
-    order = np.random.default_rng(p["seed"]).permutation(len(ds.train_prompt))
-    seq = sequences(ds.train_prompt[order], ds.train_answer[order], device)
+    order = np.random.default_rng(p["seed"]).permutation(len(prompt))
+    seq = sequences(prompt[order], answer[order], device)
     data = {"grad": seq[:p["grad_samples"]], "hessian": seq[:p["hessian_samples"]], "llc": seq[:p["llc_samples"]]}
 
     hp = resolve_train_params(params, args.task, args.level)
@@ -82,28 +117,34 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(trainee.parameters(), float(hp["grad_clip"]) or float("inf"))
         opt.step()
 
-    train_step()  # warm-up
-    step_s = timed(train_step, max(args.repeats, 5))
+    step_s, step_wall = timed(train_step, max(args.repeats, 5))
     print(f"{rid}: {model.num_params():,} params, {source}, device {device}, {torch.get_num_threads()} thread(s)")
-    print(f"one training step (batch {len(batch)}): {step_s:.4f} s")
-    print(f"{'measure':<14} {'seconds':>9} {'x training step':>16}   settings")
+    print(f"one training step (batch {len(batch)}): {step_s:.4f} CPU s ({step_wall:.4f} wall s)")
+    print(f"{'measure':<14} {'CPU s':>9} {'wall s':>9} {'x training step':>16}   settings")
     settings = {
-        "grad": f"{p['grad_samples']} per-example gradients, sketch_dim {p['sketch_dim']} "
+        "grad": f"{p['grad_samples']} per-example gradients, sketch_dim {p['sketch_dim']}, two Gram matrices "
                 "(grad_erank + gradcov_rank share them)",
-        "hessian": f"top {p['hessian_k']} by Lanczos on {p['hessian_samples']} examples, tol {p['hessian_tol']}",
+        "hessian": f"top {p['hessian_k']} by Lanczos on {p['hessian_samples']} examples, tol {p['hessian_tol']}, "
+                   f"{p['hessian_repeats']} start vector(s)",
         "llc": f"{p['llc_chains']} chains x {p['llc_draws']} SGLD steps, batch {p['llc_batch']}",
     }
     names = {"grad": ["grad_erank", "gradcov_rank"], "hessian": ["hessian"], "llc": ["llc"]}
-    total = 0.0
+    total = total_wall = 0.0
     for key, measures in names.items():
         if not set(measures) & set(p["measures"]):
             continue
         only = {**p, "measures": measures}
-        seconds = timed(lambda: measure_checkpoint(model, data, prompt_len, only), args.repeats)
-        total += seconds
-        print(f"{key:<14} {seconds:>9.3f} {seconds / step_s:>16.1f}   {settings[key]}")
-    print(f"{'all':<14} {total:>9.3f} {total / step_s:>16.1f}   per checkpoint; x max_checkpoints "
-          f"{p['max_checkpoints']} per run")
+        seconds, wall = timed(lambda: measure_checkpoint(model, data, prompt_len, only), args.repeats)
+        total, total_wall = total + seconds, total_wall + wall
+        print(f"{key:<14} {seconds:>9.3f} {wall:>9.3f} {seconds / step_s:>16.1f}   {settings[key]}")
+    print(f"{'all':<14} {total:>9.3f} {total_wall:>9.3f} {total / step_s:>16.1f}   per checkpoint")
+    print(f"projected per run: {total:.3f} CPU s x {n_checkpoints} checkpoints = {total * n_checkpoints:.1f} CPU s "
+          "(plus loading and the first-call warm-up)")
+    if args.stage:
+        c, w = time.process_time(), time.perf_counter()
+        frame = landscape(args.task, args.level, args.model, args.seed, params, progress=False)
+        print(f"stage on {rid}: {time.process_time() - c:.1f} CPU s ({time.perf_counter() - w:.1f} wall s) for "
+              f"{len(frame)} checkpoints ({torch.get_num_threads()} thread(s), warm-up included)")
 
 
 if __name__ == "__main__":

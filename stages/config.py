@@ -13,8 +13,20 @@ from stages.errors import PipelineError
 
 PARAMS_FILE = Path(os.environ.get("GEOMETRY_PARAMS", "params.yaml"))
 
+# The names the grid may hold. They live here, not only in stages/tasks and stages/models, so that
+# validating ``grid`` (every stage that reads it) imports no task or model code and so no extra
+# dvc.yaml deps; stages/tasks/registry.py and stages/models/presets.py check at import time that
+# their TASKS / PRESETS have exactly these names.
+LEVELS = ("easy", "medium", "hard")
+TASK_NAMES = ("copy", "reverse", "compare", "parity", "add", "mod", "sort", "mul")
+MODEL_NAMES = ("p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
+
 
 def load_params(path: str | os.PathLike | None = None) -> dict:
+    """params.yaml as a plain mapping, after the whole file has passed the schema of
+    :mod:`stages.params` (unknown keys, types, ranges; the one-line error names the YAML path)."""
+    from stages.params import validate_params  # here, not at the top: stages.params imports this module
+
     path = Path(path or PARAMS_FILE)
     if not path.is_file():
         raise PipelineError(f"missing params file: {path}")
@@ -24,7 +36,15 @@ def load_params(path: str | os.PathLike | None = None) -> dict:
         raise PipelineError(f"corrupt params file: {path} ({exc})") from None
     if not isinstance(data, dict):
         raise PipelineError(f"params file {path} must hold a mapping")
+    validate_params(data, source=str(path))
     return data
+
+
+def load_typed_params(path: str | os.PathLike | None = None) -> "Params":  # noqa: F821 (stages.params.Params)
+    """params.yaml as a validated :class:`stages.params.Params`."""
+    from stages.params import validate_params
+
+    return validate_params(load_params(path), source=str(Path(path or PARAMS_FILE)))
 
 
 def get(params: dict, dotted: str, default: Any = ...) -> Any:
@@ -110,6 +130,25 @@ def seed_list(params: dict) -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise PipelineError(f"'grid.seeds' repeats a seed: {seeds!r}")
     return seeds
+
+
+def grid_settings(params: dict) -> tuple[list[str], list[str], list[str], list[int]]:
+    """Validated ``grid``: ``(tasks, levels, models, seeds)``. Each of ``grid.tasks``, ``grid.levels`` and
+    ``grid.models`` must be a non-empty list of distinct known names (tasks of stages/tasks, levels
+    easy/medium/hard, model presets of stages/models); seeds as :func:`seed_list`. The one-line
+    error names the key and the unknown entry."""
+    out = []
+    for key, known in (("grid.tasks", TASK_NAMES), ("grid.levels", LEVELS), ("grid.models", MODEL_NAMES)):
+        values = get(params, key)
+        if not isinstance(values, list) or not values:
+            raise PipelineError(f"'{key}' must be a non-empty list, got {values!r}")
+        for value in values:
+            if not isinstance(value, str) or value not in known:
+                raise PipelineError(f"unknown entry {value!r} in '{key}' (choose from: {', '.join(known)})")
+        if len(set(values)) != len(values):
+            raise PipelineError(f"'{key}' repeats an entry: {values!r}")
+        out.append(list(values))
+    return out[0], out[1], out[2], seed_list(params)
 
 
 def seed_argument(value: str) -> int:

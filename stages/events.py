@@ -30,8 +30,9 @@ from stages.analysis.pythia_events import acquisition_threshold, set_events
 from stages.analysis.runs import GEOMETRY, run_events
 from stages.analysis.summary import level_summary, resolution_sensitivity, seed_agreement, threshold_sensitivity
 from stages.cli import stage_arguments
-from stages.config import fraction, get, load_params, positive_int, run_id, seed_list
+from stages.config import fraction, get, grid_settings, load_params, positive_int, run_id, seed_list
 from stages.errors import PipelineError, main_guard
+from stages.io.measures import read_landscape, read_measures
 from stages.io.tables import read_csv, write_csv, write_json
 from stages.pythia.paths import accuracy_file
 from stages.pythia.settings import grid_runs as pythia_runs  # Pythia runs: task "pythia", level "lm"
@@ -39,7 +40,6 @@ from stages.runtime import set_threads
 
 EVENTS_DIR = paths.DATA / "events"
 SENSITIVITY_DIR = paths.PLOTS / "sensitivity"
-MEASURE_COLUMNS = {"step", "layer", "rankme", "test_acc", "n_params"}
 
 
 @dataclass(frozen=True)
@@ -93,20 +93,8 @@ def settings(params: dict) -> Settings:
 
 def grid_runs(params: dict) -> list[tuple[str, str, str, int | None]]:
     """(task, level, model, seed) of every run; Pythia runs have no seed."""
-    grid = [get(params, f"grid.{k}") for k in ("tasks", "levels", "models")]
-    for key, values in zip(("tasks", "levels", "models"), grid):
-        if not isinstance(values, list) or not values:
-            raise PipelineError(f"'grid.{key}' must be a non-empty list")
-    small = list(itertools.product(*grid, seed_list(params)))
+    small = list(itertools.product(*grid_settings(params)))
     return small + [(*r, None) for r in pythia_runs(params)]
-
-
-def read_measures(rid: str) -> pd.DataFrame:
-    path = paths.measures_file(rid)
-    frame = read_csv(path)
-    if not MEASURE_COLUMNS <= set(frame.columns) or frame.empty:
-        raise PipelineError(f"corrupt table: {path} (needs columns {', '.join(sorted(MEASURE_COLUMNS))})")
-    return frame
 
 
 def events(params: dict) -> dict:
@@ -116,7 +104,7 @@ def events(params: dict) -> dict:
     run_rows, layer_rows, frames, steps, idents, set_rows = [], [], {}, {}, [], []
     for task, level, model, seed in grid_runs(params):
         rid = run_id(task, level, model, seed)
-        frame = read_measures(rid)
+        frame = read_measures(paths.measures_file(rid))
         frames[rid] = frame
         steps[rid] = np.sort(frame["step"].unique())
         ident = {"run": rid, "task": task, "level": level, "model": model, "seed": seed,
@@ -134,7 +122,7 @@ def events(params: dict) -> dict:
         land = paths.landscape_file(rid)
         if land.is_file():
             acq = measures[0]["acquisition_step"]
-            for name, m in run_measures(read_csv(land), land_p["directions"], acq, s.rules, land_p).items():
+            for name, m in run_measures(read_landscape(land), land_p["directions"], acq, s.rules, land_p).items():
                 run_rows.append({**ident, "measure": name, "acquisition_step": acq, **m})
     rows = pd.DataFrame(run_rows)
     primary = rows[rows["measure"] == s.measure].reset_index(drop=True)

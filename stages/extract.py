@@ -16,7 +16,7 @@ from tqdm import tqdm
 from stages import paths
 from stages.cli import stage_arguments
 from stages.config import choose, get, load_params, positive_int, run_id
-from stages.errors import main_guard
+from stages.errors import PipelineError, main_guard
 from stages.io.atomic import atomic_path
 from stages.io.checkpoints import load_model, read_manifest
 from stages.io.datasets import load_split
@@ -55,6 +55,9 @@ def extract(task: str, level: str, model_name: str, seed: int, params: dict, pro
     precision = resolve_precision(cfg.get("precision", "auto"), device, manifest.get("n_params", 0),
                                   "extract.precision")
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "test")
+    if probe_size > len(prompt):
+        raise PipelineError(f"'extract.probe_size' = {probe_size} exceeds the {len(prompt)} test examples of "
+                            f"{paths.dataset_dir(task, level) / 'test.parquet'}")
     prompt, answer = prompt[:probe_size], answer[:probe_size]
     prompt_len = meta["prompt_len"]
     n_answer = answer.shape[1] if which == "all" else 1

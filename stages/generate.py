@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from stages import paths
 from stages.cli import stage_arguments
-from stages.config import get, load_params, positive_int
+from stages.config import get, grid_settings, load_params, positive_int
 from stages.errors import PipelineError, main_guard
 from stages.io.datasets import write_dataset
 from stages.tasks import LEVELS, build_dataset, get_task
@@ -19,6 +19,7 @@ def generate(task: str, level: str, params: dict) -> Dataset:
     get_task(task)
     if level not in LEVELS:
         raise PipelineError(f"unknown level '{level}' (choose from: {', '.join(LEVELS)})")
+    grid_settings(params)
     knobs = get(params, f"tasks.{task}.{level}")
     seed = get(params, "datasets.seed")
     if not isinstance(seed, int) or isinstance(seed, bool):

@@ -2,14 +2,35 @@
 the local learning coefficient (LLC) at selected checkpoints of one run.
 
 Reads ``data/checkpoints/<run>/``, ``data/datasets/<task>-<level>/train.parquet`` and
-``data/history/<run>.csv``; writes ``data/landscape/<run>.csv`` (one row per measured checkpoint:
-run, step, test_acc, n_params, grad_erank, gradcov_rank, hessian_top1..k, llc, llc_std, init_loss)
-and the plot table ``plots/landscape/<run>.csv``. No wall-clock time goes into the outputs, so a
-rerun reproduces them byte for byte; ``benchmarks/measure_cost.py`` measures the cost.
-All costs are set in ``params.yaml: landscape`` (see README); every sample is seeded.
+``data/history/<run>.csv``; writes ``data/landscape/<run>.csv`` and the plot table
+``plots/landscape/<run>.csv``. No wall-clock time goes into the outputs, so a rerun reproduces
+them byte for byte; ``benchmarks/measure_cost.py`` measures the cost. All costs are set in
+``params.yaml: landscape``; every sample is seeded.
+
+**Which checkpoints** (:func:`choose_steps`). Acquisition is read from the run's history with the
+events rule (:func:`stages.analysis.events.acquisition`, ``events.acquisition_threshold`` and
+``events.acquisition_window``): the first checkpoint starting ``window`` consecutive checkpoints at
+or above the threshold. The landscape is measured on every checkpoint from step 0 through
+acquisition and ``landscape.after_acquisition`` checkpoints past it; a run without acquisition
+(absent, or undetermined at the end of the run) uses all its checkpoints. When that window holds
+more than ``landscape.max_checkpoints`` checkpoints (0 = no cap) they are thinned evenly in
+checkpoint index, first and last kept, so the early log-spaced checkpoints stay denser.
+
+**Columns** (one row per measured checkpoint):
+
+* ``run, step, test_acc, n_params``;
+* ``grad_erank`` and its cap ``grad_erank_cap`` = min(samples, columns of G);
+* ``gradcov_rank``, its cap ``gradcov_cap`` = samples - 1 and ``gradcov_saturated``
+  (``gradcov_rank >= gradcov_cap``: the value only says "at least the cap");
+* ``hessian_top1..k`` (largest over ``landscape.hessian.repeats`` Lanczos start vectors),
+  ``hessian_top1_spread`` (largest minus smallest top value over the repeats; NaN with one repeat)
+  and ``hessian_top1_noise`` = max(spread, ``hessian.tol`` x |top1|), the eigenvalue's own noise;
+* ``llc`` (mean over chains), ``llc_std`` (standard deviation over chains), ``llc_chain_min``,
+  ``llc_chain_max``, ``llc_chain0..`` (every chain), ``llc_drift`` and ``llc_stationary`` (the
+  calibration check of :mod:`stages.measures.llc`: the loss trace after burn-in has no trend and
+  no blow-up), ``init_loss`` (L(w*) on the LLC sample).
 """
 from __future__ import annotations
-
 
 import numpy as np
 import pandas as pd
@@ -17,6 +38,7 @@ import torch
 from tqdm import tqdm
 
 from stages import paths
+from stages.analysis.events import acquisition
 from stages.cli import stage_arguments
 from stages.config import choose, fraction, get, load_params, positive_float, positive_int, run_id
 from stages.errors import PipelineError, main_guard
@@ -24,9 +46,9 @@ from stages.io.checkpoints import load_model, read_manifest
 from stages.io.datasets import load_split
 from stages.io.history import accuracy_by_step
 from stages.io.tables import write_csv
-from stages.measures.grad_cov import gradient_covariance_rank
-from stages.measures.grad_rank import gradient_effective_rank
-from stages.measures.hessian import hessian_top_eigenvalues
+from stages.measures.grad_cov import covariance_rank_cap, gradient_covariance_rank
+from stages.measures.grad_rank import effective_rank_cap, gradient_effective_rank, gram_matrix
+from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
 from stages.runtime import set_threads
@@ -35,10 +57,12 @@ from stages.training.loop import answer_loss, sequences
 
 MEASURES = ("grad_erank", "gradcov_rank", "hessian", "llc")
 PLOT_COLUMNS = ("grad_erank", "gradcov_rank", "hessian_top1", "llc")
+MIN_RECORDED_DRAWS = 8  # draws after burn-in the stationarity check needs (two halves of >= 4)
 
 
 def landscape_params(params: dict) -> dict:
-    """Validated ``landscape`` section; every error names its key."""
+    """Validated ``landscape`` section (plus the ``events`` acquisition rule it reads); every
+    error names its key."""
     k = "landscape"
     measures = get(params, f"{k}.measures")
     if not isinstance(measures, list) or not measures:
@@ -51,6 +75,10 @@ def landscape_params(params: dict) -> dict:
         "device": resolve_device(get(params, f"{k}.device"), f"{k}.device"),
         "threads": positive_int(get(params, f"{k}.threads"), f"{k}.threads", allow_zero=True),
         "max_checkpoints": positive_int(get(params, f"{k}.max_checkpoints"), f"{k}.max_checkpoints", allow_zero=True),
+        "after_acquisition": positive_int(get(params, f"{k}.after_acquisition"), f"{k}.after_acquisition",
+                                          allow_zero=True),
+        "acquisition_threshold": fraction(get(params, "events.acquisition_threshold"), "events.acquisition_threshold"),
+        "acquisition_window": positive_int(get(params, "events.acquisition_window"), "events.acquisition_window"),
         "seed": positive_int(get(params, f"{k}.seed"), f"{k}.seed", allow_zero=True),
         "grad_samples": positive_int(get(params, f"{k}.grad.samples"), f"{k}.grad.samples"),
         "grad_chunk": positive_int(get(params, f"{k}.grad.chunk"), f"{k}.grad.chunk"),
@@ -60,6 +88,7 @@ def landscape_params(params: dict) -> dict:
         "hessian_k": positive_int(get(params, f"{k}.hessian.k"), f"{k}.hessian.k"),
         "hessian_tol": positive_float(get(params, f"{k}.hessian.tol"), f"{k}.hessian.tol", allow_zero=True),
         "hessian_maxiter": positive_int(get(params, f"{k}.hessian.maxiter"), f"{k}.hessian.maxiter"),
+        "hessian_repeats": positive_int(get(params, f"{k}.hessian.repeats"), f"{k}.hessian.repeats"),
         "llc_samples": positive_int(get(params, f"{k}.llc.samples"), f"{k}.llc.samples"),
         "llc_batch": positive_int(get(params, f"{k}.llc.batch_size"), f"{k}.llc.batch_size"),
         "llc_chains": positive_int(get(params, f"{k}.llc.chains"), f"{k}.llc.chains"),
@@ -68,22 +97,43 @@ def landscape_params(params: dict) -> dict:
         "llc_lr": positive_float(get(params, f"{k}.llc.lr"), f"{k}.llc.lr"),
         "llc_gamma": positive_float(get(params, f"{k}.llc.gamma"), f"{k}.llc.gamma", allow_zero=True),
         "llc_nbeta": None if nbeta == "auto" else positive_float(nbeta, f"{k}.llc.nbeta"),
+        "llc_max_drift": positive_float(get(params, f"{k}.llc.max_drift"), f"{k}.llc.max_drift"),
     }
-    if p["llc_draws"] <= p["llc_burn_in"]:
-        raise PipelineError(f"'{k}.llc.draws' ({p['llc_draws']}) must exceed '{k}.llc.burn_in' ({p['llc_burn_in']})")
+    if p["llc_draws"] - p["llc_burn_in"] < MIN_RECORDED_DRAWS:
+        raise PipelineError(f"'{k}.llc.draws' ({p['llc_draws']}) must exceed '{k}.llc.burn_in' ({p['llc_burn_in']}) "
+                            f"by at least {MIN_RECORDED_DRAWS} (the stationarity check compares two halves of the "
+                            "recorded draws)")
     if "gradcov_rank" in p["measures"] and p["grad_samples"] < 2:
         raise PipelineError(f"'{k}.grad.samples' must be at least 2 for gradcov_rank")
     return p
 
 
-def select_steps(steps: list[int], max_checkpoints: int) -> list[int]:
+def thin(steps: list[int], max_checkpoints: int) -> list[int]:
     """At most ``max_checkpoints`` of ``steps``, evenly spaced in checkpoint index (first and last
     kept, so the early log-spaced checkpoints stay denser); 0 keeps all."""
     steps = sorted(steps)
     if not max_checkpoints or max_checkpoints >= len(steps):
         return steps
+    if max_checkpoints == 1:
+        return steps[:1]
     idx = np.unique(np.round(np.linspace(0, len(steps) - 1, max_checkpoints)).astype(int))
     return [steps[i] for i in idx]
+
+
+def choose_steps(steps, accuracy: dict[int, float], max_checkpoints: int, after_acquisition: int,
+                 threshold: float, window: int) -> tuple[list[int], int | None]:
+    """``(checkpoints to measure, acquisition step or None)``: every checkpoint from the first
+    through acquisition plus ``after_acquisition`` more (the whole run without acquisition),
+    thinned to ``max_checkpoints`` (see the module docstring). ``accuracy`` maps checkpoint step
+    to test accuracy (the run's history); checkpoints it lacks do not count towards acquisition."""
+    steps = sorted(int(s) for s in steps)
+    scored = [s for s in steps if s in accuracy and np.isfinite(accuracy[s])]
+    acq, _status = acquisition(scored, [accuracy[s] for s in scored], threshold, window)
+    if acq is None:
+        span = steps
+    else:
+        span = steps[:steps.index(acq) + after_acquisition + 1]
+    return thin(span, max_checkpoints), acq
 
 
 def measure_checkpoint(model, data: dict, prompt_len: int, p: dict) -> dict:
@@ -93,19 +143,29 @@ def measure_checkpoint(model, data: dict, prompt_len: int, p: dict) -> dict:
     if {"grad_erank", "gradcov_rank"} & set(p["measures"]):
         grads = per_example_gradients(model, data["grad"], prompt_len, chunk=p["grad_chunk"],
                                       sketch_dim=p["sketch_dim"], seed=p["seed"])
+        n = grads.shape[0]
         if "grad_erank" in p["measures"]:
-            row["grad_erank"] = gradient_effective_rank(grads)
+            row["grad_erank"] = gradient_effective_rank(gram=gram_matrix(grads))
+            row["grad_erank_cap"] = effective_rank_cap(n, grads.shape[1])
         if "gradcov_rank" in p["measures"]:
-            row["gradcov_rank"] = gradient_covariance_rank(grads, p["cov_rtol"])
+            rank = gradient_covariance_rank(rtol=p["cov_rtol"], centred_gram=gram_matrix(grads, centre=True))
+            cap = covariance_rank_cap(n)
+            row.update(gradcov_rank=rank, gradcov_cap=cap, gradcov_saturated=bool(rank >= cap))
     if "hessian" in p["measures"]:
-        vals = hessian_top_eigenvalues(model, lambda m: loss(m, data["hessian"]), k=p["hessian_k"],
-                                       tol=p["hessian_tol"], maxiter=p["hessian_maxiter"], seed=p["seed"])
+        vals, spread = hessian_top_eigenvalues_repeated(
+            model, lambda m: loss(m, data["hessian"]), k=p["hessian_k"], tol=p["hessian_tol"],
+            maxiter=p["hessian_maxiter"], seed=p["seed"], repeats=p["hessian_repeats"])
         row.update({f"hessian_top{i + 1}": float(v) for i, v in enumerate(vals)})
+        row["hessian_top1_spread"] = spread
+        floor = p["hessian_tol"] * abs(float(vals[0]))
+        row["hessian_top1_noise"] = float(np.nanmax([spread, floor])) if np.isfinite(vals[0]) else float("nan")
     if "llc" in p["measures"]:
         res = estimate_llc(model, loss, data["llc"], lr=p["llc_lr"], gamma=p["llc_gamma"], nbeta=p["llc_nbeta"],
                            chains=p["llc_chains"], draws=p["llc_draws"], burn_in=p["llc_burn_in"],
-                           batch_size=p["llc_batch"], seed=p["seed"])
-        row.update(llc=res.llc, llc_std=res.llc_std, init_loss=res.init_loss)
+                           batch_size=p["llc_batch"], seed=p["seed"], max_drift=p["llc_max_drift"])
+        row.update(llc=res.llc, llc_std=res.llc_std, llc_chain_min=res.chain_min, llc_chain_max=res.chain_max,
+                   **{f"llc_chain{c}": v for c, v in enumerate(res.per_chain)},
+                   llc_drift=res.drift, llc_stationary=res.stationary, init_loss=res.init_loss)
     return row
 
 
@@ -124,10 +184,11 @@ def landscape(task: str, level: str, model_name: str, seed: int, params: dict, p
         raise PipelineError(f"'landscape.hessian.k' ({p['hessian_k']}) must be below the model's parameter count")
     data = {"grad": seq[:p["grad_samples"]], "hessian": seq[:p["hessian_samples"]], "llc": seq[:p["llc_samples"]]}
     acc = accuracy_by_step(rid)
+    steps, _acq = choose_steps(manifest["steps"], acc, p["max_checkpoints"], p["after_acquisition"],
+                               p["acquisition_threshold"], p["acquisition_window"])
 
     rows = []
-    bar = tqdm(select_steps(manifest["steps"], p["max_checkpoints"]), desc=f"landscape {rid}",
-               disable=not progress, mininterval=2)
+    bar = tqdm(steps, desc=f"landscape {rid}", disable=not progress, mininterval=2)
     for step in bar:
         model = load_model(ckpt_dir, step, manifest, device)
         row = {"run": rid, "step": int(step), "test_acc": acc.get(int(step), np.nan),

@@ -1,6 +1,8 @@
 """Stage ``measure``: RankMe and linear-probe accuracy per (checkpoint, layer) of one run.
 
-Reads ``data/hidden/<run>.parquet`` one checkpoint at a time and ``data/history/<run>.csv``;
+Reads ``data/hidden/<run>.parquet`` one checkpoint at a time and ``data/history/<run>.csv`` (whose
+steps must be those of ``data/checkpoints/<run>/manifest.json``; NaN or inf hidden states stop the
+stage with the step and layer);
 writes ``data/measures/<run>.csv`` (run, step, layer, rankme, rankme_centred, mean_dominance, varies,
 probe_acc, test_acc, n_params; see stages/measures/rankme.py) and the
 plot table ``plots/trajectories/<run>.csv`` (one row per step: accuracy, RankMe of every layer,
@@ -38,11 +40,15 @@ def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
         chunk = positive_int(chunk, "measures.rankme_chunk")
     acc = accuracy_by_step(rid)
 
-    n_params = hidden_manifest(paths.hidden_file(rid)).get("n_params")
+    hidden = paths.hidden_file(rid)
+    n_params = hidden_manifest(hidden).get("n_params")
     rows = []
-    for step, layers in tqdm(iter_steps(paths.hidden_file(rid)), desc=f"measure {rid}", disable=not progress,
-                             mininterval=2):
+    for step, layers in tqdm(iter_steps(hidden), desc=f"measure {rid}", disable=not progress, mininterval=2):
         order = sorted(layers)
+        for l in order:
+            if not np.isfinite(layers[l].vectors).all():
+                raise PipelineError(f"corrupt Parquet file: {hidden} (step {step} layer {l}: hidden states hold "
+                                    "NaN or inf; did training diverge?)")
         stack = torch.as_tensor(np.stack([layers[l].vectors for l in order]))
         geo = geometry(stack, device=device, chunk=chunk)
         for i, l in enumerate(order):
@@ -52,7 +58,7 @@ def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
                          "probe_acc": probe_accuracy(st.vectors, st.labels, mask, probe_c, probe_iter),
                          "test_acc": acc.get(step, np.nan), "n_params": n_params})
     if not rows:
-        raise PipelineError(f"corrupt Parquet file: {paths.hidden_file(rid)} (no checkpoints in it)")
+        raise PipelineError(f"corrupt Parquet file: {hidden} (no checkpoints in it)")
     return pd.DataFrame(rows)
 
 

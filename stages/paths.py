@@ -6,6 +6,7 @@ from pathlib import Path
 DATA = Path("data")
 METRICS = Path("metrics")
 PLOTS = Path("plots")
+LIVE = Path("dvclive")  # DVCLive training curves (stages/training/live.py)
 
 
 def dataset_dir(task: str, level: str) -> Path:
@@ -38,3 +39,13 @@ def landscape_file(run: str) -> Path:
 
 def landscape_plot_file(run: str) -> Path:
     return PLOTS / "landscape" / f"{run}.csv"
+
+
+def run_plot_file(run: str) -> Path:
+    """Long plot table of one run (stages/analysis/plot_tables.py), template .dvc/plots/run.json."""
+    return PLOTS / "runs" / f"{run}.csv"
+
+
+def dvclive_dir(run: str) -> Path:
+    """DVCLive directory of one run's training curves (``plots/metrics/*.tsv``, ``metrics.json``)."""
+    return LIVE / run

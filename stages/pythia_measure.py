@@ -51,8 +51,14 @@ hf_logging.disable_progress_bar()  # one tqdm bar per stage, not one per saved o
 
 def probe_set(items: pd.DataFrame, per_set: int) -> pd.DataFrame:
     """First ``per_set`` items of every set with a context, interleaved across sets (so the probe's
-    train/test split by row mixes sets); ``label`` codes the right answer."""
-    probe = items[(items["context"] != "") & (items["item"] < per_set)].sort_values(["item", "eval_set"])
+    train/test split by row mixes sets); ``label`` codes the right answer. A ``per_set`` larger than
+    a set is an error naming ``pythia.probe_per_set``, not a silently smaller probe set."""
+    with_context = items[items["context"] != ""]
+    sizes = with_context.groupby("eval_set").size()
+    if len(sizes) and per_set > sizes.min():
+        raise PipelineError(f"'pythia.probe_per_set' = {per_set} exceeds the {sizes.min()} items of evaluation set "
+                            f"'{sizes.idxmin()}' (in {EVALS_FILE}; raise 'pythia.evals.n_per_set' or lower it)")
+    probe = with_context[with_context["item"] < per_set].sort_values(["item", "eval_set"])
     probe = probe.reset_index(drop=True)
     answers = [c[a] for c, a in zip(probe["choices"], probe["answer"])]
     codes = {a: i for i, a in enumerate(sorted(set(answers)))}
@@ -65,13 +71,20 @@ def chance_corrected(accuracy, chance):
 
 
 def load(manifest: dict, entry: dict, device):
+    """Tokenizer and model of one revision. Weights load only from safetensors: a snapshot holding only
+    pickle weights (``pytorch_model.bin``, which can run code when unpickled) is refused."""
     snapshot = hub.snapshot_path(manifest, entry)
+    where = f"model '{manifest['repo_id']}' revision '{entry['revision']}'"
+    if not any(snapshot.glob("*.safetensors")):
+        bin_weights = sorted(p.name for p in snapshot.glob("*.bin"))
+        found = f"it holds only pickle weights ({', '.join(bin_weights)})" if bin_weights else "it holds no weights"
+        raise PipelineError(f"{where}: no safetensors weights in {snapshot}: {found}; weights load only from "
+                            "safetensors (convert the revision, or pick one that has them)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(snapshot)
-        model = AutoModelForCausalLM.from_pretrained(snapshot).to(device).eval()
+        model = AutoModelForCausalLM.from_pretrained(snapshot, use_safetensors=True).to(device).eval()
     except (OSError, ValueError) as exc:
-        raise PipelineError(f"model '{manifest['repo_id']}' revision '{entry['revision']}': cannot load {snapshot} "
-                            f"({exc})") from None
+        raise PipelineError(f"{where}: cannot load {snapshot} ({' '.join(str(exc).split())})") from None
     return model, tokenizer
 
 

@@ -1,8 +1,9 @@
 """Stage ``train``: one (task, level, model) run -> dense checkpoints and an accuracy history.
 
-Outputs ``data/checkpoints/<run>/`` (``step_XXXXXXX.safetensors`` + ``manifest.json``) and
-``data/history/<run>.csv`` (step, losses, exact-match train/test accuracy). Hyper-parameters are
-``train.defaults`` overlaid with ``train.tasks.<task>`` and then ``train.tasks.<task>.<level>``.
+Outputs ``data/checkpoints/<run>/`` (``step_XXXXXXX.safetensors`` + ``manifest.json``),
+``data/history/<run>.csv`` (step, losses, exact-match train/test accuracy) and the same curves with
+the learning rate through DVCLive in ``dvclive/<run>/`` (stages/training/live.py). Hyper-parameters are
+``train.defaults`` overlaid with ``train.tasks.<task>.all`` and then ``train.tasks.<task>.<level>``.
 A crashed run keeps its partial directory and resumes from its last checkpoint.
 """
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 
 from stages import paths
 from stages.cli import stage_arguments
-from stages.config import choose, fraction, get, load_params, positive_float, positive_int, run_id
+from stages.config import (choose, fraction, get, grid_settings, load_params, positive_float, positive_int,
+                           run_id)
 from stages.errors import PipelineError, main_guard
 from stages.io.checkpoints import write_manifest
 from stages.io.datasets import load_split
@@ -25,6 +27,7 @@ from stages.models import GPT, PRESETS, model_config
 from stages.runtime import set_threads
 from stages.tasks import LEVELS, get_task
 from stages.training.device import resolve_device
+from stages.training.live import curve_log, history_logger
 from stages.training.loop import TrainConfig, sequences, train
 from stages.training.precision import PRECISIONS, resolve_precision
 from stages.training.schedule import LR_SCHEDULES, checkpoint_steps
@@ -35,16 +38,38 @@ TRAIN_KEYS = {"steps", "lr", "weight_decay", "batch_size", "warmup", "schedule",
 
 
 def resolve_train_params(params: dict, task: str, level: str) -> dict:
-    """Merged and validated hyper-parameters for one run."""
-    merged = dict(get(params, "train.defaults"))
-    overrides = get(params, f"train.tasks.{task}", {}) or {}
-    level_over = {k: v for k, v in overrides.items() if k in LEVELS}
-    merged.update({k: v for k, v in overrides.items() if k not in LEVELS})
-    merged.update(level_over.get(level) or {})
+    """Merged and validated hyper-parameters for one run: ``train.defaults``, then the task-wide
+    ``train.tasks.<task>.all``, then the level's ``train.tasks.<task>.<level>``. The two override
+    blocks are distinct keys so that dvc.yaml can track a run's own level without its siblings."""
+    defaults = get(params, "train.defaults")
+    if not isinstance(defaults, dict):
+        raise PipelineError(f"'train.defaults' must be a mapping of train settings, got {defaults!r}")
+    merged = dict(defaults)
+    base = f"train.tasks.{task}"
+    overrides = get(params, base, {})
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, dict):
+        raise PipelineError(f"'{base}' must be a mapping with keys all, {', '.join(LEVELS)}, got {overrides!r}")
+    for key in overrides:
+        if key in TRAIN_KEYS:
+            raise PipelineError(f"'{base}.{key}': task-wide settings go under '{base}.all', "
+                                f"per-level ones under '{base}.<level>'")
+        if key != "all" and key not in LEVELS:
+            raise PipelineError(f"unknown key '{key}' under '{base}' (choose from: all, {', '.join(LEVELS)})")
+    for part in ("all", level):
+        block = overrides.get(part)
+        if block is None:
+            continue
+        if not isinstance(block, dict):
+            raise PipelineError(f"'{base}.{part}' must be a mapping of train settings, got {block!r}")
+        for key in block:
+            if key not in TRAIN_KEYS:
+                raise PipelineError(f"unknown key '{key}' in {base}.{part} (known: {', '.join(sorted(TRAIN_KEYS))})")
+        merged.update(block)
     for key in merged:
         if key not in TRAIN_KEYS:
-            raise PipelineError(f"unknown key '{key}' in train.defaults or train.tasks.{task} "
-                                f"(known: {', '.join(sorted(TRAIN_KEYS))})")
+            raise PipelineError(f"unknown key '{key}' in train.defaults (known: {', '.join(sorted(TRAIN_KEYS))})")
     missing = sorted(TRAIN_KEYS - set(merged) - {"dropout", "min_lr_ratio", "eval_train_max", "precision"})
     if missing:
         raise PipelineError(f"missing key 'train.defaults.{missing[0]}'")
@@ -60,6 +85,12 @@ def resolve_train_params(params: dict, task: str, level: str) -> dict:
     fraction(merged.get("dropout", 0.0), f"{k}.dropout")
     choose(merged["schedule"], LR_SCHEDULES, f"{k}.schedule")
     choose(merged.get("precision", "auto"), PRECISIONS, f"{k}.precision")
+    if "eval_train_max" in merged:  # a cap: more than the train split scores the whole split
+        positive_int(merged["eval_train_max"], f"{k}.eval_train_max")
+    betas = merged["betas"]
+    if (not isinstance(betas, (list, tuple)) or len(betas) != 2
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
+        raise PipelineError(f"'{k}.betas' must be a list of two numbers in [0, 1), got {betas!r}")
     return merged
 
 
@@ -69,6 +100,7 @@ def run(task: str, level: str, model_name: str, seed: int, params: dict, progres
     if level not in LEVELS:
         raise PipelineError(f"unknown level '{level}' (choose from: {', '.join(LEVELS)})")
     choose(model_name, PRESETS, "model")
+    grid_settings(params)
     hp = resolve_train_params(params, task, level)
     rid = run_id(task, level, model_name, seed)
     steps = checkpoint_steps(hp["steps"], hp["n_checkpoints"], hp["log_fraction"], hp["log_until"],
@@ -100,8 +132,10 @@ def run(task: str, level: str, model_name: str, seed: int, params: dict, progres
                        min_lr_ratio=float(hp.get("min_lr_ratio", 0.0)), betas=tuple(hp["betas"]),
                        grad_clip=float(hp["grad_clip"]), seed=seed, eval_batch_size=hp["eval_batch_size"],
                        checkpoints=steps, precision=precision)
-    history = train(model, tcfg, sequences(train_p, train_a, device), sequences(test_p, test_a, device), prompt_len,
-                    partial, progress=progress, eval_train_max=hp.get("eval_train_max", 4096))
+    with curve_log(paths.dvclive_dir(rid)) as log:  # loss, accuracy and lr per checkpoint (DVCLive)
+        history = train(model, tcfg, sequences(train_p, train_a, device), sequences(test_p, test_a, device),
+                        prompt_len, partial, progress=progress, eval_train_max=hp.get("eval_train_max", 4096),
+                        on_checkpoint=history_logger(log))
     manifest = {"run": rid, "task": task, "level": level, "model_name": model_name, "seed": seed, "model": cfg.to_dict(),
                 "n_params": model.num_params(), "steps": steps, "train": hp, "device": str(device),
                 "precision": precision,

@@ -5,6 +5,10 @@ For every model under ``pythia.profiles.local.train`` it trains a ``GPTNeoXForCa
 word-level tokenizer, at the profile's Pythia-style revisions ``stepN`` into
 ``pythia.profiles.local.cache_dir`` (models--local--pythia-<model>/refs, snapshots, trees), which
 ``fetch_pythia`` then resolves through huggingface_hub exactly like downloaded checkpoints.
+All hyper-parameters (AdamW betas and weight decay, warm-up, cosine floor ``min_lr_ratio``, gradient
+clipping) come from ``pythia.profiles.local.train.<model>``. Training curves (mean training loss since
+the previous revision, the last batch's loss, the learning rate) go through DVCLive to
+``dvclive/pythia-suite/<model>/``, one DVCLive step per saved revision.
 """
 from __future__ import annotations
 
@@ -16,22 +20,32 @@ from tqdm import tqdm
 from transformers.utils import logging as hf_logging
 
 from stages.cli import stage_arguments
-from stages.config import get, load_params, positive_float
+from stages.config import get, load_params
 from stages.errors import PipelineError, main_guard
 from stages.io.atomic import atomic_path
 from stages.pythia import local_hub, suite
 from stages.pythia.hub import revision_step
 from stages.pythia.settings import revisions_of, train_settings
 from stages.runtime import set_threads
+from stages.training.live import curve_log
 
 KEY = "pythia.profiles.local"
+LIVE_DIR = Path("dvclive/pythia-suite")
 
 hf_logging.disable_progress_bar()  # one tqdm bar per stage, not one per saved or loaded file
 
 
-def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool = True) -> dict:
+def lr_factor(step: int, steps: int, warmup: int, min_lr_ratio: float) -> float:
+    """Multiplier of ``lr`` for update ``step``: linear warm-up times a cosine from 1 to ``min_lr_ratio``."""
+    return min(1.0, (step + 1) / max(1, warmup)) * (
+        min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / steps))))
+
+
+def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool = True, log=None) -> dict:
+    """Train one suite model; ``log(step, values)`` (:func:`stages.training.live.curve_log`), if given,
+    gets the training curves at every saved revision."""
     cfg = train_settings(params, model_name)
-    lr = positive_float(cfg.get("lr", 3e-3), f"{KEY}.train.{model_name}.lr")
+    lr = float(cfg["lr"])
     repo = get(params, f"{KEY}.repo").format(model=model_name)
     revisions = revisions_of(get(params, f"{KEY}.revisions"), f"{KEY}.revisions")
     steps = cfg["steps"]
@@ -42,10 +56,10 @@ def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool =
     torch.set_num_threads(1)  # a tiny model: more threads only contend on a shared CPU
     tokenizer = suite.build_tokenizer()
     model = suite.build_model(tokenizer, cfg, cfg["seed"])
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
-    warmup = cfg["warmup"]
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, warmup)) * (
-        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(float(b) for b in cfg["betas"]),
+                            weight_decay=float(cfg["weight_decay"]))
+    warmup, floor, clip = cfg["warmup"], float(cfg["min_lr_ratio"]), float(cfg["grad_clip"])
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup, floor))
     data = suite.batches(tokenizer, cfg["seed"], cfg["batch_size"], cfg["seq_len"], cfg.get("mixture"))
 
     def publish(revision):
@@ -55,21 +69,30 @@ def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool =
         return local_hub.publish(cache_dir, repo, revision, save)
 
     commits = {}
+    losses: list[float] = []  # batch losses since the last saved revision
+    last_lr = opt.param_groups[0]["lr"]  # of the latest update (at step 0: of the first)
     model.train()
     for step in tqdm(range(steps + 1), desc=f"train_suite {model_name}", disable=not progress, mininterval=2):
         if step in save_at:
             model.eval()
             commits[save_at[step]] = publish(save_at[step])
             model.train()
+            if log is not None:
+                log(step, {"train/loss": math.fsum(losses) / len(losses) if losses else math.nan,
+                           "train/batch_loss": losses[-1] if losses else math.nan, "lr": last_lr})
+            losses = []
         if step == steps:
             break
         batch = next(data)
         loss = model(input_ids=batch, labels=batch).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        last_lr = opt.param_groups[0]["lr"]
         opt.step()
         schedule.step()
+        losses.append(float(loss.detach()))
     return {"repo_id": repo, "commits": commits, "final_loss": float(loss.detach())}
 
 
@@ -82,9 +105,10 @@ def main(argv=None) -> None:
     train = get(params, f"{KEY}.train")
     if not isinstance(train, dict) or not train:
         raise PipelineError(f"'{KEY}.train' must map model names to training settings")
-    with atomic_path(cache_dir, directory=True) as tmp:
+    with atomic_path(cache_dir, directory=True) as tmp, atomic_path(LIVE_DIR, directory=True) as live_tmp:
         for name in train:
-            info = train_model(name, params, tmp)
+            with curve_log(live_tmp / name) as log:
+                info = train_model(name, params, tmp, log=log)
             print(f"{info['repo_id']}: {len(info['commits'])} revisions, final loss {info['final_loss']:.3f}")
     print(cache_dir)
 

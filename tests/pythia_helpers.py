@@ -6,7 +6,8 @@ import copy
 from stages.pythia import local_hub, suite
 
 TINY = {"hidden_size": 16, "layers": 1, "heads": 2, "seq_len": 64, "steps": 4, "batch_size": 4,
-        "lr": 3.0e-3, "warmup": 0, "seed": 0}
+        "lr": 3.0e-3, "warmup": 0, "seed": 0, "betas": [0.9, 0.95], "weight_decay": 0.01, "grad_clip": 1.0,
+        "min_lr_ratio": 0.1}
 
 
 def publish_tiny(cache_dir, repo_id: str, revisions, seed: int = 0) -> dict:

@@ -24,7 +24,7 @@ def test_dot_of_this_repo(repo_dag):
     assert ("train@mod-hard-p405k-0", "extract@mod-hard-p405k-0") in edges
     assert ("extract@mod-hard-p405k-0", "measure@mod-hard-p405k-0") in edges
     assert ("measure@copy-easy-p405k-0", "events") in edges
-    assert nodes.index("generate@copy-easy") < nodes.index("generate@copy-medium")  # dvc.yaml order
+    assert nodes.index("generate@copy-easy") < nodes.index("generate@copy-hard")  # dvc.yaml order
 
 
 def test_everything_stale_orders_upstream_first(repo_dag):

@@ -26,10 +26,11 @@ def test_dvc_parses_every_stage(repo_params):
     names = {line.split()[0] for line in out.splitlines() if line.strip()}
     g = repo_params["grid"]
     for task, level in itertools.product(repo_params["tasks"], ["easy", "medium", "hard"]):
-        assert f"generate@{task}-{level}" in names
-    for task, level, model in itertools.product(g["tasks"], g["levels"], g["models"]):
+        # datasets only for the grid's tasks and levels
+        assert (f"generate@{task}-{level}" in names) == (task in g["tasks"] and level in g["levels"])
+    for task, level, model, seed in itertools.product(g["tasks"], g["levels"], g["models"], g["seeds"]):
         for stage in ("train", "extract", "measure"):
-            assert f"{stage}@{task}-{level}-{model}" in names
+            assert f"{stage}@{task}-{level}-{model}-{seed}" in names
     assert "events" in names
 
 

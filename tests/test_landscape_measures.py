@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from stages.measures.grad_cov import covariance_eigenvalues, gradient_covariance_rank
-from stages.measures.grad_rank import gradient_effective_rank
-from stages.measures.hessian import hessian_top_eigenvalues
-from stages.measures.llc import default_nbeta, estimate_llc
+from stages.measures.grad_cov import covariance_eigenvalues, covariance_rank_cap, gradient_covariance_rank
+from stages.measures.grad_rank import GRAM_BLOCK, gradient_effective_rank, gram_matrix
+from stages.measures.hessian import hessian_top_eigenvalues, hessian_top_eigenvalues_repeated
+from stages.measures.llc import default_nbeta, estimate_llc, is_stationary, trace_drift
 from stages.measures.per_example import CountSketch, per_example_gradients
 from stages.models.gpt import GPT, GPTConfig
 from stages.training.loop import answer_loss
@@ -57,6 +57,29 @@ def test_lanczos_matches_exact_hessian_of_tiny_model():
     np.testing.assert_allclose(top, exact_top, rtol=1e-3, atol=1e-5)
     again = hessian_top_eigenvalues(model, lambda m: answer_loss(m, seq, PROMPT_LEN), k=3, tol=0, seed=0)
     np.testing.assert_array_equal(top, again)
+    best, spread = hessian_top_eigenvalues_repeated(model, lambda m: answer_loss(m, seq, PROMPT_LEN), k=3, tol=0,
+                                                    seed=0, repeats=3)
+    np.testing.assert_allclose(best, exact_top, rtol=1e-3, atol=1e-5)  # converged from every start vector
+    assert 0 <= spread < 1e-3 * exact_top[0]
+    one, nan_spread = hessian_top_eigenvalues_repeated(model, lambda m: answer_loss(m, seq, PROMPT_LEN), k=1,
+                                                       tol=0, seed=0, repeats=1)
+    assert one[0] == pytest.approx(exact_top[0], rel=1e-3) and np.isnan(nan_spread)
+
+
+def test_repeats_keep_the_largest_ritz_value_per_rank():
+    from stages.measures import hessian
+
+    runs = iter([np.array([5.0, 1.0]), np.array([9.0, np.nan])])
+    original = hessian.top_eigenvalues
+    hessian.top_eigenvalues = lambda *a, **k: next(runs)
+    try:
+        model = tiny_gpt(d_model=2)
+        best, spread = hessian_top_eigenvalues_repeated(model, lambda m: answer_loss(m, tiny_batch(), PROMPT_LEN),
+                                                        k=2, repeats=2)
+    finally:
+        hessian.top_eigenvalues = original
+    np.testing.assert_array_equal(best, [9.0, 1.0])  # NaN (unconverged) never wins
+    assert spread == 4.0
 
 
 def test_per_example_gradients_match_a_loop_and_sketch_keeps_geometry():
@@ -90,7 +113,22 @@ def test_gradient_covariance_rank_of_known_rank():
     assert gradient_covariance_rank(grads, rtol=1e-6) == 4
     assert gradient_covariance_rank(mean.repeat(10, 1)) == 0
     eig = covariance_eigenvalues(grads)
-    np.testing.assert_allclose(eig.sum(), torch.var(grads.double(), dim=0).sum().item(), rtol=1e-8)
+    # float32 block products accumulated in float64 (grad_rank.gram_matrix): ~1e-7 relative
+    np.testing.assert_allclose(eig.sum(), torch.var(grads.double(), dim=0).sum().item(), rtol=1e-6)
+    exact = covariance_eigenvalues(grads.double())  # float64 input stays float64
+    np.testing.assert_allclose(exact.sum(), torch.var(grads.double(), dim=0).sum().item(), rtol=1e-10)
+    assert covariance_rank_cap(40) == 39 and gradient_covariance_rank(grads) <= covariance_rank_cap(40)
+
+
+def test_blocked_float32_gram_matches_float64():
+    gen = torch.Generator().manual_seed(3)
+    grads = 2.0 + torch.randn(12, 3 * GRAM_BLOCK + 17, generator=gen)  # several blocks and a ragged one
+    exact = (grads.double() @ grads.double().T).numpy()
+    np.testing.assert_allclose(gram_matrix(grads), exact, rtol=1e-6)
+    centred = grads.double() - grads.double().mean(0, keepdim=True)
+    np.testing.assert_allclose(gram_matrix(grads, centre=True), (centred @ centred.T).numpy(),
+                               atol=1e-6 * np.abs(exact).max())
+    assert gradient_effective_rank(grads) == pytest.approx(gradient_effective_rank(gram=exact), rel=1e-6)
 
 
 class Quadratic(torch.nn.Module):
@@ -114,6 +152,42 @@ def test_llc_of_a_regular_quadratic_is_half_the_dimension():
                          batch_size=8, seed=0)
     assert again.llc == res.llc
     assert default_nbeta(64) == pytest.approx(64 / np.log(64))
+    assert len(res.per_chain) == 4 and res.chain_min <= res.llc <= res.chain_max
+    assert res.llc_std == pytest.approx(np.std(res.per_chain))
+    assert res.stationary  # equilibrated long before the last half of the kept draws
+
+
+def test_stationarity_check_flat_noisy_trace_passes_drifting_trace_fails():
+    rng = np.random.default_rng(0)
+    flat = 1.0 + 0.1 * rng.standard_normal((2, 200))
+    assert abs(trace_drift(flat, burn_in=40)) < 1.0 and is_stationary(flat, burn_in=40)
+    drifting = flat + np.linspace(0, 1.0, 200)  # climbs 10 noise sds over the run
+    assert trace_drift(drifting, burn_in=40) > 2.0 and not is_stationary(drifting, burn_in=40)
+    assert trace_drift(flat[:, ::-1] - np.linspace(0, 1.0, 200), burn_in=40) < -2.0  # falling trends count too
+    # a burn-in climb (equilibration) followed by a plateau is stationary once burnt in
+    climb = flat + np.where(np.arange(200) < 50, np.arange(200) / 50.0, 1.0)
+    assert is_stationary(climb, burn_in=60)
+    assert not is_stationary(climb[:, :50], burn_in=0)  # cut during the climb: the last half still rises
+    blown = flat.copy()
+    blown[1, 150] = np.nan  # a diverged chain
+    assert not is_stationary(blown, burn_in=40) and np.isnan(trace_drift(blown, burn_in=40))
+    assert np.isnan(trace_drift(flat[:, :6], burn_in=3))  # fewer than 4 kept draws
+
+
+def test_llc_flags_a_diverging_sampler():
+    model = Quadratic([1.0, 1.5, 2.0, 3.0])
+    loss = lambda m, rows: 0.5 * (m.a * m.w**2).sum()  # noqa: E731
+    data = torch.zeros(8, 1)
+    ok = estimate_llc(model, loss, data, lr=2e-3, gamma=10.0, nbeta=10.0, chains=2, draws=400, burn_in=100,
+                      batch_size=8, seed=0)
+    assert ok.stationary and np.isfinite(ok.drift)
+    blown = estimate_llc(model, loss, data, lr=2e-3, gamma=2000.0, nbeta=10.0, chains=2, draws=400, burn_in=100,
+                         batch_size=8, seed=0)  # lr * gamma / 2 = 2: each step overshoots, the amplitude grows
+    assert np.isfinite(blown.loss_trace).all() and blown.chain_max > 2  # above d / 2 = 2
+    assert not blown.stationary
+    overflow = estimate_llc(model, loss, data, lr=2e-3, gamma=5000.0, nbeta=10.0, chains=2, draws=400, burn_in=100,
+                            batch_size=8, seed=0)  # lr * gamma / 2 = 5: the losses overflow
+    assert not np.isfinite(overflow.loss_trace).all() and not overflow.stationary
 
 
 def test_llc_matches_devinterp_sgld():

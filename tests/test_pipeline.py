@@ -112,10 +112,9 @@ def test_cli_errors_are_one_line(workdir, args, needle):
 
 @pytest.mark.parametrize("key,value,needle", [
     ("steps", 0, "steps' must be a positive integer"),
-    ("steps", 4, "more checkpoints than steps"),
     ("batch_size", -1, "batch_size' must be a positive integer"),
-    ("schedule", "zigzag", "unknown train (run copy-easy).schedule 'zigzag'"),
-    ("colour", 1, "unknown key 'colour'"),
+    ("schedule", "zigzag", "unknown train.defaults.schedule 'zigzag'"),
+    ("colour", 1, "'train.defaults.colour' is not a known key"),
     ("device", "tpu", "unknown train.defaults.device 'tpu'"),
 ])
 def test_bad_train_params(workdir, key, value, needle):

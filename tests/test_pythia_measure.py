@@ -9,7 +9,8 @@ from stages.pythia import evalsets
 from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
 from tests.pythia_helpers import pythia_params
 
-COLUMNS = ["run", "step", "layer", "rankme", "probe_acc", "test_acc", "n_params"]
+COLUMNS = ["run", "step", "layer", "rankme", "rankme_centred", "mean_dominance", "varies", "probe_acc", "test_acc",
+           "n_params"]
 
 
 @pytest.fixture

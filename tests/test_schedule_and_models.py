@@ -20,12 +20,21 @@ def test_checkpoints_are_log_spaced_early():
 
 
 @pytest.mark.parametrize("steps,n,match", [
-    (10, 12, "more checkpoints than steps"), (1000, 257, "maximum of 256"),
-    (0, 5, "train.steps"), (100, 0, "train.n_checkpoints"),
+    (1000, 257, "maximum of 256"), (0, 5, "train.steps"), (100, 0, "train.n_checkpoints"),
 ])
 def test_bad_schedule(steps, n, match):
     with pytest.raises(PipelineError, match=match):
         checkpoint_steps(steps, n)
+
+
+@pytest.mark.parametrize("steps,n", [(10, 12), (4, 6), (1, 64)])
+def test_more_checkpoints_than_steps_is_clamped_with_one_warning_line(steps, n, capsys):
+    assert checkpoint_steps(steps, n, key="train (run copy-easy-p405k-s0)") == list(range(steps + 1))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("warning: 'train (run copy-easy-p405k-s0).n_checkpoints'")
+    assert f"is {n}, more checkpoints than steps" in err and f"using {steps + 1}" in err
+    checkpoint_steps(steps, steps + 1)
+    assert capsys.readouterr().err == ""  # exactly steps + 1: no warning
 
 
 def test_lr_schedules():

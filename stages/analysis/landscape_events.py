@@ -1,142 +1,169 @@
 """Transitions of the landscape measures and whether each precedes acquisition.
 
-Each measure has a direction, set in ``params.yaml: landscape_events.directions``:
+Input: one run's ``data/landscape/<run>.csv`` (see :mod:`stages.landscape`), its acquisition step
+and the shared event rules (:class:`stages.analysis.events.Rules`). Each measure has a direction,
+set in ``params.yaml: landscape_events.directions``:
 
-* **dip** measures (gradient effective rank, gradient covariance rank, like RankMe) collapse and
-  recover. Their transition is the **collapse** step of :func:`stages.analysis.events.find_dip`
-  (same ``events.collapse_drop`` and ``events.recovery_fraction`` as RankMe).
-* **rise** measures (top Hessian eigenvalue, LLC) grow. Their transition is the **half-rise**
-  step: the first checkpoint at which the measure has covered ``rise_fraction`` of its rise from
-  its first value ``v0`` to its maximum ``vmax``, i.e. ``v >= v0 + rise_fraction * (vmax - v0)``.
-  There is no transition when the rise is small: ``vmax - v0 < min_rise * max(|v0|, |vmax|)``.
+* **dip** measures (gradient effective rank, gradient covariance rank) collapse and recover, like
+  RankMe: the dip is :func:`stages.analysis.events.find_dip` searched up to acquisition (same
+  ``min_depth`` and ``recovery_fraction``). Transition = **collapse** step; end = **recovery** step;
+  change = dip depth ``peak - floor``.
+* **rise** measures (top Hessian eigenvalue, LLC) grow. Over all measured checkpoints (the stage
+  measures up to a margin past acquisition), with ``v0`` the first value and ``vmax`` the largest,
+  change = ``vmax - v0``; transition = end = the **half-rise** step, the first checkpoint with
+  ``v >= v0 + rise_fraction * (vmax - v0)``. There is no rise when it is small for the measure's
+  scale: ``vmax - v0 < min_rise * max(|v0|, |vmax|)``.
 
-A measure is a **precursor** in a run that acquires the task when its transition comes at least
-``events.precursor_min_gap`` training steps before acquisition (RankMe's criterion); a dip measure
-must also have recovered no later than acquisition (RankMe's rule). In a run without
-acquisition the flag is ``None`` and the run is left out of the precursor rate, as for RankMe.
+**Noise.** A transition counts only when its change exceeds ``noise_factor`` times the measure's
+own noise, estimated on the run:
+
+* ``llc``: the median over checkpoints of ``llc_std``, the spread of the SGLD chains;
+* ``hessian_top1``: the median of ``hessian_top1_noise`` = max(spread over Lanczos repeats,
+  ARPACK tolerance x |value|);
+* any other measure (the gradient ranks): its checkpoint-to-checkpoint jitter, the median absolute
+  difference between successive checkpoints (robust: a real transition moves only a few of them).
+
+A dip or rise within the noise is reported with ``status`` ``below_noise`` and no transition step.
+
+**Saturation.** A measure at its cap cannot show how far above the cap it would be: ``gradcov_rank``
+where ``gradcov_saturated`` (rank = samples - 1), ``grad_erank`` where it is at or above
+``erank_saturation`` of ``grad_erank_cap``. A measure saturated at any measured checkpoint has its
+transition reported but its precursor verdict undetermined (``None``).
+
+**Precursor** (the shared rule, :func:`stages.analysis.events.precursor_verdict`): the transition
+ended at least ``rules.min_lead`` of the acquisition step before acquisition, with
+``rules.min_checkpoints`` measured checkpoints strictly between; ``False`` without a transition or
+when it ended too late; ``None`` without acquisition, when too few checkpoints separate the two,
+or when the measure is saturated.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from stages.analysis.events import find_dip
+from stages.analysis.events import ABSENT, FOUND, UNDETERMINED, Rules, find_dip, lead_fraction, precursor_verdict
 
 DIRECTIONS = ("dip", "rise")
+BELOW_NOISE = "below_noise"
+NOISE_COLUMNS = {"llc": "llc_std", "hessian_top1": "hessian_top1_noise"}
 
 
-def rise_step(steps, values, rise_fraction: float = 0.5, min_rise: float = 0.2) -> int | None:
-    """Half-rise transition step (see the module docstring); ``None`` without a clear rise."""
-    steps, values = np.asarray(steps), np.asarray(values, dtype=float)
-    v0, top = float(values[0]), float(values.max())
-    rise = top - v0
-    if rise <= 0 or rise < min_rise * max(abs(v0), abs(top)):
-        return None
-    hit = np.nonzero(values >= v0 + rise_fraction * rise)[0]
-    return int(steps[hit[0]])
+def jitter(values) -> float:
+    """Median absolute difference between successive finite values (0 with fewer than two)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(np.median(np.abs(np.diff(v)))) if len(v) >= 2 else 0.0
 
 
-def measure_transition(steps, values, direction: str, p: dict) -> dict:
-    """``{"transition_step", "recovery_step"}`` of one measure's trajectory (NaNs dropped)."""
+def measure_noise(frame: pd.DataFrame, measure: str) -> float:
+    """The measure's noise on this run (see the module docstring)."""
+    column = NOISE_COLUMNS.get(measure)
+    if column is not None and column in frame.columns:
+        noise = pd.to_numeric(frame[column], errors="coerce").dropna()
+        if len(noise):
+            return float(noise.median())
+    return jitter(frame[measure].to_numpy())
+
+
+def saturated_flags(frame: pd.DataFrame, measure: str, p: dict) -> np.ndarray:
+    """Per row, whether ``measure`` is at its cap (all False for measures without a cap)."""
+    if measure == "gradcov_rank" and "gradcov_saturated" in frame.columns:
+        return frame["gradcov_saturated"].astype(str).str.lower().isin(["true", "1", "1.0"]).to_numpy()
+    if measure == "grad_erank" and "grad_erank_cap" in frame.columns:
+        cap = pd.to_numeric(frame["grad_erank_cap"], errors="coerce").to_numpy(dtype=float)
+        values = pd.to_numeric(frame[measure], errors="coerce").to_numpy(dtype=float)
+        with np.errstate(invalid="ignore"):
+            return values >= p["erank_saturation"] * cap
+    return np.zeros(len(frame), dtype=bool)
+
+
+def rise(steps, values, rise_fraction: float = 0.5, min_rise: float = 0.2) -> tuple[int | None, float]:
+    """``(half-rise step or None, rise vmax - v0)`` (see the module docstring; NaNs dropped)."""
     steps, values = np.asarray(steps), np.asarray(values, dtype=float)
     keep = np.isfinite(values)
     steps, values = steps[keep], values[keep]
     if len(values) < 2:
-        return {"transition_step": None, "recovery_step": None}
+        return None, float("nan")
+    v0, top = float(values[0]), float(values.max())
+    change = top - v0
+    if change <= 0 or change < min_rise * max(abs(v0), abs(top)):
+        return None, change
+    hit = np.nonzero(values >= v0 + rise_fraction * change)[0]
+    return int(steps[hit[0]]), change
+
+
+def measure_events(steps, values, direction: str, acquisition: int | None, rules: Rules, p: dict,
+                   noise: float, saturated: bool) -> dict:
+    """One measure's transition, end, lead and precursor verdict (see the module docstring)."""
+    steps, values = np.asarray(steps), np.asarray(values, dtype=float)
+    threshold = p["noise_factor"] * noise
+    out = {"direction": direction, "status": ABSENT, "transition_step": None, "end_step": None,
+           "lead_fraction": None, "precursor": None, "saturated": bool(saturated), "noise": float(noise),
+           "threshold": float(threshold), "change": None, "peak_step": None, "floor_step": None,
+           "recovery_status": None, "n_checkpoints": int(np.isfinite(values).sum())}
+    if out["n_checkpoints"] < 2:
+        out["status"] = UNDETERMINED
+        return out
     if direction == "dip":
-        dip = find_dip(steps, values, p["collapse_drop"], p["recovery_fraction"])
-        return {"transition_step": dip.collapse_step, "recovery_step": dip.recovery_step}
-    return {"transition_step": rise_step(steps, values, p["rise_fraction"], p["min_rise"]), "recovery_step": None}
+        dip = find_dip(steps, values, rules, until=acquisition)
+        if dip.status == FOUND:
+            out.update(change=float(dip.peak - dip.floor), peak_step=dip.peak_step, floor_step=dip.floor_step)
+            if out["change"] > threshold:
+                out.update(status=FOUND, transition_step=dip.collapse_step, end_step=dip.recovery_step,
+                           recovery_status=dip.recovery_status)
+            else:
+                out["status"] = BELOW_NOISE
+        else:
+            out["status"] = dip.status
+    else:
+        step, change = rise(steps, values, p["rise_fraction"], p["min_rise"])
+        out["change"] = None if not np.isfinite(change) else float(change)
+        if step is not None:
+            if change > threshold:
+                out.update(status=FOUND, transition_step=step, end_step=step)
+            else:
+                out["status"] = BELOW_NOISE
+    out["lead_fraction"] = lead_fraction(out["end_step"], acquisition)
+    verdict = precursor_verdict(out["end_step"], acquisition, steps[np.isfinite(values)], rules)
+    out["precursor"] = None if saturated else verdict
+    return out
 
 
-def is_precursor(transition: dict, direction: str, acquisition: int | None, min_gap: int) -> bool | None:
-    if acquisition is None:
-        return None
-    t = transition["transition_step"]
-    if t is None or acquisition - t < min_gap:
-        return False
-    if direction == "dip":
-        rec = transition["recovery_step"]
-        return rec is not None and rec <= acquisition
-    return True
-
-
-def run_measures(frame: pd.DataFrame, directions: dict[str, str], acquisition: int | None,
+def run_measures(frame: pd.DataFrame, directions: dict[str, str], acquisition: int | None, rules: Rules,
                  p: dict) -> dict[str, dict]:
-    """Per measure present in ``frame`` (a ``data/landscape/<run>.csv`` table): transition, lead and flag."""
-    frame = frame.sort_values("step")
+    """Per measure of ``directions`` present in ``frame`` (one run's landscape table): ``direction``,
+    ``transition_step``, ``end_step``, ``lead_fraction``, ``precursor`` (True / False / None),
+    ``saturated``, ``noise``, ``change`` (dip depth, None without a dip; rise ``vmax - v0``), plus
+    ``status`` (found | below_noise | absent | undetermined), ``threshold`` (noise_factor x noise),
+    ``peak_step``, ``floor_step``, ``recovery_status`` (dips) and ``n_checkpoints``.
+    ``p`` is :func:`landscape_event_params`; ``acquisition`` the run's acquisition step or None."""
+    frame = frame.sort_values("step").reset_index(drop=True)
+    steps = frame["step"].to_numpy()
     out = {}
     for measure, direction in directions.items():
         if measure not in frame.columns:
             continue
-        tr = measure_transition(frame["step"].to_numpy(), frame[measure].to_numpy(), direction, p)
-        t = tr["transition_step"]
-        out[measure] = {**tr, "direction": direction,
-                        "lead": None if t is None or acquisition is None else acquisition - t,
-                        "precursor": is_precursor(tr, direction, acquisition, p["precursor_min_gap"])}
+        values = pd.to_numeric(frame[measure], errors="coerce").to_numpy(dtype=float)
+        out[measure] = measure_events(steps, values, direction, acquisition, rules, p,
+                                      noise=measure_noise(frame, measure),
+                                      saturated=bool(saturated_flags(frame, measure, p).any()))
     return out
 
 
-def precursor_rates(rows: pd.DataFrame) -> dict[str, dict]:
-    """``{level: {measure: {runs, acquired, precursors, precursor_rate, median_lead}}}`` from
-    long-format rows (level, measure, precursor, lead)."""
-    result: dict[str, dict] = {}
-    for (level, measure), g in rows.groupby(["level", "measure"]):
-        flags = g["precursor"].dropna().astype(bool)
-        leads = pd.to_numeric(g["lead"], errors="coerce").dropna()
-        result.setdefault(level, {})[measure] = {
-            "runs": int(len(g)), "acquired": int(len(flags)), "precursors": int(flags.sum()),
-            "precursor_rate": float(flags.mean()) if len(flags) else None,
-            "median_lead": float(leads.median()) if len(leads) else None,
-        }
-    return result
-
-
-def landscape_event_params(params: dict, event_p: dict) -> dict:
-    """``landscape_events`` params merged with the events thresholds they share; errors name the key."""
-    from stages.config import fraction, get
+def landscape_event_params(params: dict) -> dict:
+    """Validated ``landscape_events`` section; every error names its key."""
+    from stages.config import fraction, get, positive_float
     from stages.errors import PipelineError
 
-    directions = get(params, "landscape_events.directions")
+    k = "landscape_events"
+    directions = get(params, f"{k}.directions")
     if not isinstance(directions, dict) or not directions:
-        raise PipelineError("'landscape_events.directions' must map measure names to dip or rise")
+        raise PipelineError(f"'{k}.directions' must map measure names to dip or rise")
     for measure, direction in directions.items():
         if direction not in DIRECTIONS:
-            raise PipelineError(f"'landscape_events.directions.{measure}' must be dip or rise, got {direction!r}")
-    return {**event_p, "directions": dict(directions),
-            "rise_fraction": fraction(get(params, "landscape_events.rise_fraction"), "landscape_events.rise_fraction"),
-            "min_rise": fraction(get(params, "landscape_events.min_rise"), "landscape_events.min_rise")}
-
-
-def add_landscape(metrics: dict, run_rows: list[dict], params: dict, event_p: dict, out_file) -> pd.DataFrame:
-    """Add per-run ``measures`` (RankMe and every landscape measure) and per-level
-    ``measures.<measure>.precursor_rate`` to ``metrics``; write the long table to ``out_file``.
-
-    Runs without a ``data/landscape/<run>.csv`` (landscape stage not run) report RankMe only.
-    """
-    from stages import paths
-    from stages.errors import PipelineError
-    from stages.io.tables import read_csv, write_csv
-
-    p = landscape_event_params(params, event_p)
-    long_rows = []
-    for r in run_rows:
-        acq = r["acquisition_step"]
-        measures = {"rankme": {"transition_step": r["collapse_step"], "recovery_step": r["recovery_step"],
-                               "direction": "dip", "lead": r["precursor_gap"],
-                               "precursor": None if acq is None else bool(r["precursor"])}}
-        path = paths.landscape_file(r["run"])
-        if path.is_file():
-            frame = read_csv(path)
-            if "step" not in frame.columns or frame.empty:
-                raise PipelineError(f"corrupt table: {path} (needs a step column and rows)")
-            measures.update(run_measures(frame, p["directions"], acq, p))
-        metrics["runs"][r["run"]]["measures"] = measures
-        long_rows.extend({"run": r["run"], "task": r["task"], "level": r["level"], "model": r["model"],
-                          "measure": m, "acquisition_step": acq, **v} for m, v in measures.items())
-    table = pd.DataFrame(long_rows)
-    for level, rates in precursor_rates(table).items():
-        metrics["by_level"].setdefault(level, {})["measures"] = rates
-    metrics["params"]["landscape"] = {k: v for k, v in p.items() if k in ("directions", "rise_fraction", "min_rise")}
-    write_csv(table, out_file)
-    return table
+            raise PipelineError(f"'{k}.directions.{measure}' must be dip or rise, got {direction!r}")
+    return {"directions": dict(directions),
+            "rise_fraction": fraction(get(params, f"{k}.rise_fraction"), f"{k}.rise_fraction"),
+            "min_rise": fraction(get(params, f"{k}.min_rise"), f"{k}.min_rise"),
+            "noise_factor": positive_float(get(params, f"{k}.noise_factor"), f"{k}.noise_factor", allow_zero=True),
+            "erank_saturation": fraction(get(params, f"{k}.erank_saturation"), f"{k}.erank_saturation")}

@@ -41,9 +41,17 @@ def read_manifest(directory: str | os.PathLike) -> dict:
     if not directory.is_dir():
         raise PipelineError(f"missing checkpoint directory: {directory}")
     manifest = read_json(directory / MANIFEST)
+    if not isinstance(manifest, dict):
+        raise PipelineError(f"corrupt checkpoint manifest: {directory / MANIFEST} (not a JSON object)")
     for key in ("model", "steps"):
         if key not in manifest:
             raise PipelineError(f"corrupt checkpoint manifest: {directory / MANIFEST} lacks '{key}'")
+    steps = manifest["steps"]
+    if (not isinstance(steps, list) or not steps
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)
+            or sorted(set(steps)) != steps):
+        raise PipelineError(f"corrupt checkpoint manifest: {directory / MANIFEST} ('steps' must be a non-empty "
+                            "list of distinct non-negative integers in increasing order)")
     return manifest
 
 

@@ -1,11 +1,13 @@
 """Parquet, CSV and JSON tables with errors that name the file."""
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,14 +41,77 @@ def write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
         pq.write_table(table, tmp)
 
 
-def read_csv(path: str | os.PathLike) -> pd.DataFrame:
+def read_csv(path: str | os.PathLike, full_rows: bool = False) -> pd.DataFrame:
+    """A CSV table written by :func:`write_csv`. A file that does not end with a newline was cut
+    (an interrupted copy or write) and is refused, as is one pandas cannot parse. With
+    ``full_rows``, every row must also have as many fields as the header (pandas fills a short
+    row with NaN without a word). Errors are one line naming the file."""
     path = Path(path)
     if not path.is_file():
         raise PipelineError(f"missing table: {path}")
+    if not _ends_with_newline(path):
+        raise PipelineError(f"corrupt table: {path} (truncated: it does not end with a newline)")
+    if full_rows:
+        _check_row_widths(path)
     try:
         return pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise PipelineError(f"corrupt table: {path} ({exc})") from None
+        raise PipelineError(f"corrupt table: {path} ({_one_line(exc)})") from None
+
+
+def _ends_with_newline(path: Path) -> bool:
+    """True for a file whose last byte is a newline, and for an empty file (pandas reports that one)."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() == 0:
+            return True
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
+def _check_row_widths(path: Path) -> None:
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            for row in reader:
+                if row and len(row) != len(header):  # blank lines: pandas skips them too
+                    raise PipelineError(f"corrupt table: {path} (line {reader.line_num} has {len(row)} fields, "
+                                        f"the header {len(header)})")
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise PipelineError(f"corrupt table: {path} ({_one_line(exc)})") from None
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def numeric_column(frame: pd.DataFrame, column: str, path: str | os.PathLike, *, required: bool = False,
+                   finite: bool = False, integer: bool = False, minimum: float | None = None) -> pd.Series:
+    """Column ``column`` of the table read from ``path`` as numbers, checked: every non-empty cell must
+    be a number; with ``required`` no cell may be empty, with ``finite`` no number may be +-inf, with
+    ``integer`` every number must be whole (the result is then int64 when ``required``), with
+    ``minimum`` none may lie below it. The one-line error names the file, the column and the line."""
+    cells = frame[column]
+    if cells.dtype == bool:
+        raise PipelineError(f"corrupt table: {path} (column '{column}' holds True/False, not numbers)")
+    values = pd.to_numeric(cells, errors="coerce")
+
+    def fail(mask, what: str):
+        i = int(np.flatnonzero(np.asarray(mask))[0])
+        raise PipelineError(f"corrupt table: {path} (column '{column}' {what} in line {i + 2}: {cells.iloc[i]!r})")
+
+    if (bad := values.isna() & cells.notna()).any():
+        fail(bad, "holds a non-numeric value")
+    if required and (bad := values.isna()).any():
+        fail(bad, "has an empty cell")
+    if finite and (bad := np.isinf(values.to_numpy(dtype=float))).any():
+        fail(bad, "holds an infinite value")
+    if integer and (bad := values.notna() & (values % 1 != 0)).any():
+        fail(bad, "holds a non-integer value")
+    if minimum is not None and (bad := values < minimum).any():
+        fail(bad, f"holds a value below {minimum:g}")
+    return values.astype("int64") if integer and required else values
 
 
 def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:

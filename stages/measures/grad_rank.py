@@ -28,14 +28,16 @@ def gram_matrix(grads: torch.Tensor, centre: bool = False) -> np.ndarray:
     """``G G^T`` (float64 numpy, ``[n, n]``) of ``grads`` ``[n, P]``; ``centre`` subtracts the mean
     row first (the Gram matrix of the centred gradients)."""
     g = grads.detach()
-    if centre:
-        g = g - g.mean(dim=0, keepdim=True)
     if g.dtype == torch.float64:
+        if centre:
+            g = g - g.mean(dim=0, keepdim=True)
         return (g @ g.T).cpu().numpy()
     g = g.to(torch.float32)
     out = torch.zeros(g.shape[0], g.shape[0], dtype=torch.float64, device=g.device)
     for start in range(0, g.shape[1], GRAM_BLOCK):
         block = g[:, start:start + GRAM_BLOCK]
+        if centre:  # the mean accumulated in float64: identical rows centre to exactly zero
+            block = block - torch.mean(block, dim=0, keepdim=True, dtype=torch.float64).float()
         out += (block @ block.T).double()
     return out.cpu().numpy()
 

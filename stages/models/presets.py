@@ -6,7 +6,7 @@ of the nominal size.
 """
 from __future__ import annotations
 
-from stages.config import choose
+from stages.config import MODEL_NAMES, choose
 from stages.models.gpt import GPTConfig
 
 PRESETS: dict[str, dict] = {
@@ -17,6 +17,8 @@ PRESETS: dict[str, dict] = {
     "p71m": {"n_layer": 10, "d_model": 768, "n_head": 12},
     "p151m": {"n_layer": 12, "d_model": 1024, "n_head": 16},
 }
+if tuple(PRESETS) != MODEL_NAMES:  # grid validation (stages.config.grid_settings) reads the names there
+    raise ImportError(f"stages.config.MODEL_NAMES {MODEL_NAMES} differs from the presets {tuple(PRESETS)}")
 NOMINAL = {"p405k": 405e3, "p3m": 3.2e6, "p11m": 10.7e6, "p25m": 25.3e6, "p71m": 71e6, "p151m": 151e6}
 
 

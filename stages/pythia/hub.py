@@ -132,10 +132,57 @@ def write_manifest(path: str | os.PathLike, manifest: dict) -> None:
     write_json(manifest, path)
 
 
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
 def read_manifest(path: str | os.PathLike) -> dict:
+    """A manifest written by :func:`write_manifest`, checked key by key; every error is one line naming
+    the file and the bad key: ``repo_id`` (a string), ``cache_dir`` (a string or null) and
+    ``revisions``, a non-empty list in increasing step order of ``{revision, step, commit, files}``
+    with a 40-hex-digit commit and ``files`` mapping relative paths inside the snapshot to
+    ``{"size": bytes, ...}``."""
     manifest = read_json(path)
+
+    def bad(why: str):
+        raise PipelineError(f"corrupt manifest: {path} ({why})")
+
     if not isinstance(manifest, dict) or not {"repo_id", "revisions", "cache_dir"} <= set(manifest):
-        raise PipelineError(f"corrupt manifest: {path} (needs repo_id, cache_dir, revisions)")
+        bad("needs repo_id, cache_dir, revisions")
+    if not isinstance(manifest["repo_id"], str) or not manifest["repo_id"]:
+        bad(f"'repo_id' must be a non-empty string, got {manifest['repo_id']!r}")
+    if manifest["cache_dir"] is not None and not isinstance(manifest["cache_dir"], str):
+        bad(f"'cache_dir' must be a path or null, got {manifest['cache_dir']!r}")
+    revisions = manifest["revisions"]
+    if not isinstance(revisions, list) or not revisions:
+        bad("'revisions' must be a non-empty list")
+    steps = []
+    for i, entry in enumerate(revisions):
+        key = f"revisions[{i}]"
+        if not isinstance(entry, dict):
+            bad(f"'{key}' must be a mapping, got {entry!r}")
+        missing = [k for k in ("revision", "step", "commit", "files") if k not in entry]
+        if missing:
+            bad(f"'{key}' lacks {', '.join(repr(k) for k in missing)}")
+        if not isinstance(entry["revision"], str) or not entry["revision"]:
+            bad(f"'{key}.revision' must be a non-empty string, got {entry['revision']!r}")
+        step = entry["step"]
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            bad(f"'{key}.step' must be a non-negative integer, got {step!r}")
+        if not isinstance(entry["commit"], str) or not _COMMIT.fullmatch(entry["commit"]):
+            bad(f"'{key}.commit' must be a 40-digit hex commit hash, got {entry['commit']!r}")
+        files = entry["files"]
+        if not isinstance(files, dict) or not files:
+            bad(f"'{key}.files' must be a non-empty mapping of file names to {{size, sha256}}")
+        for rel, record in files.items():
+            parts = Path(rel).parts
+            if not rel or Path(rel).is_absolute() or ".." in parts or "\\" in rel:
+                bad(f"'{key}.files' names {rel!r}, not a path inside the snapshot")
+            size = record.get("size") if isinstance(record, dict) else None
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                bad(f"'{key}.files.{rel}.size' must be a non-negative integer, got {size!r}")
+        steps.append(step)
+    if sorted(set(steps)) != steps:
+        bad("'revisions' must have distinct steps in increasing order")
     return manifest
 
 

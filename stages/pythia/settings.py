@@ -1,7 +1,7 @@
 """The ``pythia`` section of params.yaml: the active profile, its models and revisions, run ids."""
 from __future__ import annotations
 
-from stages.config import choose, get, name_argument, positive_int, run_id
+from stages.config import choose, fraction, get, name_argument, positive_float, positive_int, run_id
 from stages.errors import PipelineError
 from stages.pythia.hub import offline_mode, revision_step
 
@@ -73,6 +73,14 @@ def train_settings(params: dict, model: str) -> dict:
     cfg = get(params, key)
     for k in ("hidden_size", "layers", "heads", "seq_len", "steps", "batch_size", "warmup", "seed"):
         positive_int(get(params, f"{key}.{k}"), f"{key}.{k}", allow_zero=k in ("warmup", "seed"))
+    positive_float(get(params, f"{key}.lr"), f"{key}.lr")
+    positive_float(get(params, f"{key}.weight_decay"), f"{key}.weight_decay", allow_zero=True)
+    positive_float(get(params, f"{key}.grad_clip"), f"{key}.grad_clip", allow_zero=True)
+    fraction(get(params, f"{key}.min_lr_ratio"), f"{key}.min_lr_ratio")
+    betas = get(params, f"{key}.betas")
+    if (not isinstance(betas, list) or len(betas) != 2
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
+        raise PipelineError(f"'{key}.betas' must be a list of two numbers in [0, 1), got {betas!r}")
     if cfg["hidden_size"] % cfg["heads"]:
         raise PipelineError(f"'{key}.hidden_size' must be divisible by '{key}.heads'")
     return cfg

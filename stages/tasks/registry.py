@@ -16,10 +16,9 @@ from typing import Callable
 
 import numpy as np
 
-from stages.config import choose, positive_int
+from stages.config import LEVELS, TASK_NAMES, choose, positive_int  # noqa: F401 (LEVELS is re-exported)
 from stages.errors import PipelineError
 
-LEVELS = ("easy", "medium", "hard")
 SPECIALS = ("<pad>", "=", "+", "-", "*", "<", "~", ">", ",")  # "~" is the equality relation
 
 
@@ -171,6 +170,10 @@ TASKS: dict[str, Task] = {
         Task("mul", ("digits", "digits_b"), _mul, "product of two numbers"),
     )
 }
+
+
+if tuple(TASKS) != TASK_NAMES:  # grid validation (stages.config.grid_settings) reads the names there
+    raise ImportError(f"stages.config.TASK_NAMES {TASK_NAMES} differs from the tasks {tuple(TASKS)}")
 
 
 def get_task(name: str) -> Task:

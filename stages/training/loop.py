@@ -7,6 +7,7 @@ import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -88,8 +89,12 @@ def batch_indices(seed: int, step: int, n: int, batch_size: int) -> np.ndarray |
 
 
 def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch.Tensor, prompt_len: int,
-          out_dir: Path, progress: bool = True, eval_train_max: int = 4096) -> list[dict]:
+          out_dir: Path, progress: bool = True, eval_train_max: int = 4096,
+          on_checkpoint: Callable[[dict], None] | None = None) -> list[dict]:
     """Train ``model``; save every checkpoint step to ``out_dir`` and return the history rows.
+
+    ``on_checkpoint`` (a curve logger) is called with every history row in step order: first the rows
+    a resumed run restores, then each new checkpoint's, so it sees the same rows either way.
 
     ``out_dir`` also holds the resume state (model, optimiser, history and RNG states at the last
     checkpoint; see :func:`save_resume`), so a crashed run restarted on the same directory continues
@@ -101,6 +106,8 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=tuple(cfg.betas))
     history, start = load_resume(out_dir, model, opt, train_seq.device)
+    for row in history if on_checkpoint else ():
+        on_checkpoint(row)
     eval_train = train_seq[:eval_train_max]
     done = {row["step"] for row in history}
     todo = sorted(s for s in cfg.checkpoints if s >= start and s not in done)
@@ -117,6 +124,8 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
                             "lr": lr_at(max(step - 1, 0), cfg.lr, cfg.steps, cfg.warmup, cfg.schedule, cfg.min_lr_ratio)})
             save_state(model, step_file(out_dir, step))
             save_resume(out_dir, model, opt, history, step, train_seq.device)
+            if on_checkpoint:
+                on_checkpoint(history[-1])
             bar.set_postfix(test_acc=f"{test_acc:.3f}", loss=f"{train_loss_eval:.3f}")
             todo.pop(0)
         if step >= cfg.steps:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -17,7 +18,8 @@ def checkpoint_steps(steps: int, n_checkpoints: int, log_fraction: float = 0.5, 
     """``n_checkpoints`` distinct steps in ``[0, steps]``, always including 0 and ``steps``.
 
     ``log_fraction`` of them are log-spaced in ``[1, log_until * steps]``, the rest linear up to
-    ``steps``. Collisions after rounding are refilled in the widest remaining gaps.
+    ``steps``. Collisions after rounding are refilled in the widest remaining gaps. More than
+    ``steps + 1`` checkpoints (every step) is clamped to ``steps + 1`` with one warning line on stderr.
     """
     steps = positive_int(steps, f"{key}.steps")
     n = positive_int(n_checkpoints, f"{key}.n_checkpoints")
@@ -26,7 +28,9 @@ def checkpoint_steps(steps: int, n_checkpoints: int, log_fraction: float = 0.5, 
     if n > MAX_CHECKPOINTS:
         raise PipelineError(f"'{key}.n_checkpoints' is {n}, more than the maximum of {MAX_CHECKPOINTS}")
     if n > steps + 1:
-        raise PipelineError(f"'{key}.n_checkpoints' is {n}, more checkpoints than steps ({key}.steps = {steps}, so at most {steps + 1})")
+        print(f"warning: '{key}.n_checkpoints' is {n}, more checkpoints than steps ({key}.steps = {steps}); "
+              f"using {steps + 1}, one at every step", file=sys.stderr)
+        n = steps + 1
     if n == 1:
         return [steps]
     boundary = max(1, int(round(steps * log_until)))

@@ -1,0 +1,771 @@
+"""Typed schema of params.yaml (pydantic v2): every section, every key, its type and its range.
+
+:func:`validate_params` turns the loaded YAML mapping into a :class:`Params` object or raises
+:class:`~stages.errors.PipelineError` with one line naming the full YAML path of the first error::
+
+    params.yaml: 'extract.devise' is not a known key (did you mean 'device'? known: batch_size, ...)
+    params.yaml: 'train.defaults.steps' must be a positive integer, got 'ten'
+    params.yaml: missing key 'tasks.copy.easy'
+    params.yaml: unknown train.defaults.schedule 'zigzag' (choose from: constant, cosine, linear)
+
+Every model forbids unknown keys (``extra="forbid"``, and a before-validator that reports the
+unknown key with its full path), so a typo in an optional key is an error instead of a silently
+used default. Types follow the stages' own checks (:mod:`stages.config`): integers are real
+integers (not ``true``, not ``1.0``, not ``"1"``); other numbers may be integers, floats or numeric
+strings (PyYAML reads ``1e-3`` without a dot as a string), must be finite and are returned as floats.
+
+Checks that need more than params.yaml (the model's parameter count, a dataset's input-space
+size) or on one run's merged train settings (``n_checkpoints`` against that run's ``steps``) stay
+in the stages. Keys a stage reads with a default are optional here with the same default;
+keys it reads without one are required.
+
+This module imports only pydantic, :mod:`stages.config` and :mod:`stages.errors`, so validating
+params.yaml adds no task, model or torch code to a stage (tests/test_params_schema.py checks that
+the names duplicated here -- schedules, precisions, measures, ... -- match the stages' own).
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from typing import Annotated, Any, Generic, Literal, Optional, TypeVar, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
+
+from stages.config import LEVELS, MODEL_NAMES, TASK_NAMES
+from stages.errors import PipelineError
+
+# Names the stages define next to their code (importing it here would pull torch into every stage).
+LR_SCHEDULES = ("constant", "cosine", "linear")            # stages/training/schedule.py
+MAX_CHECKPOINTS = 256                                      # stages/training/schedule.py
+PRECISIONS = ("auto", "fp32", "bf16")                      # stages/training/precision.py
+DEVICES = ("auto", "cpu", "cuda", "cuda:N")                # stages/training/device.py
+POSITIONS = ("first", "all")                               # stages/extract.py
+GEOMETRY = ("rankme", "rankme_centred")                    # stages/analysis/runs.py
+MOD_OPS = ("add", "sub", "mul")                            # stages/tasks/registry.py
+EVAL_SETS = ("subject_verb", "determiner_noun", "word_order", "hypernym", "negation", "antonym",
+             "syllogism", "logical_deduction")             # stages/pythia/grammar.py GENERATORS
+HALFWAY = "halfway"                                        # stages/analysis/pythia_events.py
+VERIFY = ("sha256", "size")                                # stages/fetch_pythia.py
+LANDSCAPE_MEASURES = ("grad_erank", "gradcov_rank", "hessian", "llc")  # stages/landscape.py
+DIRECTIONS = ("dip", "rise")                               # stages/analysis/landscape_events.py
+MAX_DIGITS = 18                                            # stages/tasks/registry.py: int64 arithmetic
+
+_NAME = re.compile(r"[A-Za-z0-9._-]+")                     # stages/config.py name_argument
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+_STEP = re.compile(r"step(\d+)")                           # stages/pythia/hub.py revision_step
+
+
+# --------------------------------------------------------------------------------------------
+# Errors: every check raises a PydanticCustomError whose type the formatter below turns into one line.
+
+def _bad(detail: str, at: str = "") -> PydanticCustomError:
+    """``'<path>' <detail>``; ``at`` extends the path of the value being validated (``"profile"``, ``"[2]"``)."""
+    return PydanticCustomError("param", "{detail}", {"detail": detail, "at": at})
+
+
+def _choice(value: Any, options, at: str = "") -> PydanticCustomError:
+    """``unknown <path> '<value>' (choose from: ...)``, as :func:`stages.config.choose` words it."""
+    shown = f"'{value}'" if isinstance(value, str) else repr(value)
+    return PydanticCustomError("choice", "unknown {shown}", {"shown": shown, "options": ", ".join(options), "at": at})
+
+
+def _join(path: str, at: str) -> str:
+    if not at:
+        return path
+    if at.startswith("["):
+        return f"{path}{at}"
+    return f"{path}.{at}" if path else at
+
+
+def _path(loc) -> str:
+    path = ""
+    for part in loc:
+        path = _join(path, f"[{part}]" if isinstance(part, int) else str(part))
+    return path
+
+
+def _message(err: dict, source: str) -> str:
+    kind, ctx, loc = err["type"], err.get("ctx") or {}, tuple(err["loc"])
+    if loc and loc[-1] == "[key]":  # a mapping key of the wrong type (YAML `1: ...`)
+        return f"{source}: key {loc[-2]!r} under '{_path(loc[:-2])}' must be a string"
+    path = _join(_path(loc), ctx.get("at", ""))
+    if kind == "unknown_key":
+        return f"{source}: '{path}' is not a known key ({ctx['hint']})"
+    if kind == "missing":
+        return f"{source}: missing key '{path}'"
+    if kind == "choice":
+        return f"{source}: unknown {path} {ctx['shown']} (choose from: {ctx['options']})"
+    if kind == "entry":
+        return f"{source}: unknown entry {ctx['shown']} in '{path}' (choose from: {ctx['options']})"
+    if kind == "param":
+        return f"{source}: '{path}' {ctx['detail']}"
+    got = err.get("input")
+    if not path:
+        return f"{source}: must hold a mapping, got {got!r}"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return f"{source}: '{path}' must be a mapping, got {got!r}"
+    if kind == "list_type":
+        return f"{source}: '{path}' must be a list, got {got!r}"
+    if kind == "string_type":
+        return f"{source}: '{path}' must be a string, got {got!r}"
+    return f"{source}: '{path}' is invalid ({err['msg']}), got {got!r}"
+
+
+# --------------------------------------------------------------------------------------------
+# Value types. PlainValidator replaces pydantic's lax coercion (true -> 1, "3" -> 3, 2.0 -> 2).
+
+def _int(value: Any, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        need = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer of at least {minimum}")
+        raise _bad(f"must be {need}, got {value!r}")
+    return value
+
+
+def _number(value: Any) -> float:
+    """An int, a float or a numeric string (YAML 1.1 reads ``1e-3`` as a string); finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise _bad(f"must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise _bad(f"must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise _bad(f"must be a finite number, got {value!r}")
+    return number
+
+
+def _positive(value: Any) -> float:
+    number = _number(value)
+    if number <= 0:
+        raise _bad(f"must be positive, got {value!r}")
+    return number
+
+
+def _non_negative(value: Any) -> float:
+    number = _number(value)
+    if number < 0:
+        raise _bad(f"must be non-negative, got {value!r}")
+    return number
+
+
+def _fraction(value: Any) -> float:
+    number = _number(value)
+    if not 0 <= number <= 1:
+        raise _bad(f"must lie in [0, 1], got {value!r}")
+    return number
+
+
+def _share_below_one(value: Any) -> float:
+    number = _number(value)
+    if not 0 <= number < 1:
+        raise _bad(f"must lie in [0, 1), got {value!r}")
+    return number
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or ".." in value or value.startswith("."):
+        raise _bad("must be a non-empty name of letters, digits, '.', '_' or '-' "
+                   f"(no path separators, no '..', no leading '.'), got {value!r}")
+    return value
+
+
+def _device(value: Any) -> str:
+    if not isinstance(value, str) or not _DEVICE.fullmatch(value):
+        raise _choice(value, DEVICES)
+    return value
+
+
+def _one_of(options):
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value not in options:
+            raise _choice(value, options)
+        return value
+    return check
+
+
+def choice(*options: str) -> PlainValidator:
+    """A string restricted to ``options``; the error lists them."""
+    return PlainValidator(_one_of(options))
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise _bad("must not be null (leave the key out instead)")
+    return value
+
+
+PosInt = Annotated[int, PlainValidator(lambda v: _int(v, 1))]
+NonNegInt = Annotated[int, PlainValidator(lambda v: _int(v, 0))]
+PosFloat = Annotated[float, PlainValidator(_positive)]
+NonNegFloat = Annotated[float, PlainValidator(_non_negative)]
+Fraction = Annotated[float, PlainValidator(_fraction)]          # [0, 1]
+ShareBelowOne = Annotated[float, PlainValidator(_share_below_one)]  # [0, 1)
+Name = Annotated[str, PlainValidator(_name)]
+Device = Annotated[str, PlainValidator(_device)]
+Precision = Annotated[Literal["auto", "fp32", "bf16"], choice(*PRECISIONS)]
+# Optional keys: absent -> None (the stage's default applies); an explicit null is an error.
+OptPosInt = Annotated[Optional[int], PlainValidator(lambda v: _int(v, 1))]
+OptNonNegInt = Annotated[Optional[int], PlainValidator(lambda v: _int(v, 0))]
+OptPosFloat = Annotated[Optional[float], PlainValidator(_positive)]
+OptNonNegFloat = Annotated[Optional[float], PlainValidator(_non_negative)]
+OptFraction = Annotated[Optional[float], PlainValidator(_fraction)]
+
+
+def _list(item, what: str, distinct: bool = False, extra=None):
+    """A non-empty list; each entry checked by ``item`` (errors name ``<path>[i]``); optionally distinct."""
+    def check(value: Any) -> list:
+        if not isinstance(value, list) or not value:
+            raise _bad(f"must be a non-empty list of {what}, got {value!r}")
+        out = []
+        for i, entry in enumerate(value):
+            try:
+                out.append(item(entry))
+            except PydanticCustomError as exc:
+                ctx = dict(exc.context or {})
+                if exc.type == "choice":  # as stages.config.grid_settings words it
+                    raise PydanticCustomError("entry", "unknown entry {shown}", {**ctx, "shown": repr(entry)}) from None
+                ctx["at"] = f"[{i}]"
+                raise PydanticCustomError(exc.type, exc.message_template, ctx) from None
+        if distinct and len(set(out)) != len(out):
+            raise _bad(f"repeats an entry: {value!r}")
+        if extra is not None:
+            extra(out, value)
+        return out
+    return PlainValidator(check)
+
+
+# --------------------------------------------------------------------------------------------
+# Models.
+
+class Section(BaseModel):
+    """Base of every section: unknown keys are errors naming their full path; frozen once validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = sorted(f.alias or name for name, f in cls.model_fields.items())
+            for key in data:
+                if key not in known:
+                    raise PydanticCustomError("unknown_key", "{hint}", {"hint": cls._hint(str(key), known),
+                                                                        "at": str(key)})
+        return data
+
+    @classmethod
+    def _hint(cls, key: str, known: list[str]) -> str:
+        """What the error adds after an unknown ``key``: the closest known key, and all of them."""
+        close = difflib.get_close_matches(key, known, n=1)
+        return (f"did you mean '{close[0]}'? " if close else "") + f"known: {', '.join(known)}"
+
+    def entry(self, key: str) -> Any:
+        """The value of YAML key ``key`` (field names may differ: ``copy`` is ``copy_``)."""
+        for name, field in type(self).model_fields.items():
+            if (field.alias or name) == key:
+                return getattr(self, name)
+        raise KeyError(key)
+
+
+# grid --------------------------------------------------------------------------------------
+
+class Grid(Section):
+    """The DVC matrix of the small-model runs."""
+
+    tasks: Annotated[list[str], _list(_one_of(TASK_NAMES), "task names", distinct=True)]
+    levels: Annotated[list[str], _list(_one_of(LEVELS), "levels", distinct=True)]
+    models: Annotated[list[str], _list(_one_of(MODEL_NAMES), "model presets", distinct=True)]
+    seeds: Annotated[list[int], _list(lambda v: _int(v, 0), "integers", distinct=True)]
+
+
+class Runtime(Section):
+    threads: PosInt
+
+
+class Datasets(Section):
+    seed: NonNegInt
+    n_train: PosInt
+    n_test: PosInt
+
+
+# tasks -------------------------------------------------------------------------------------
+
+class Knobs(Section):
+    """What every task level may set besides its difficulty knobs (stages/tasks/dataset.py)."""
+
+    n_train: OptPosInt = None
+    n_test: OptPosInt = None
+    train_fraction: OptFraction = None  # enumerate the input space; this share trains
+
+
+class SequenceKnobs(Knobs):  # copy, reverse, sort
+    length: PosInt
+    alphabet: PosInt = 10
+
+
+class ParityKnobs(Knobs):
+    length: PosInt
+
+
+class DigitsKnobs(Knobs):  # compare, add: two numbers of `digits` digits
+    digits: PosInt
+
+    @model_validator(mode="after")
+    def _fits(self):
+        if 2 * self.digits > MAX_DIGITS:
+            raise _bad(f"digit counts must add up to at most {MAX_DIGITS}, got {self.digits} + {self.digits}")
+        return self
+
+
+class MulKnobs(Knobs):
+    digits: PosInt
+    digits_b: OptPosInt = None  # default: digits
+
+    @model_validator(mode="after")
+    def _fits(self):
+        b = self.digits if self.digits_b is None else self.digits_b
+        if self.digits + b > MAX_DIGITS:
+            raise _bad(f"digit counts must add up to at most {MAX_DIGITS}, got {self.digits} + {b}")
+        return self
+
+
+class ModKnobs(Knobs):
+    modulus: Annotated[int, PlainValidator(lambda v: _int(v, 2))]
+    op: Annotated[Literal["add", "sub", "mul"], choice(*MOD_OPS)] = "add"
+
+
+K = TypeVar("K", bound=Knobs)
+
+
+class Levels(Section, Generic[K]):
+    """One task's knobs at every level (dvc.yaml generates every task at every level)."""
+
+    easy: K
+    medium: K
+    hard: K
+
+
+class Tasks(Section):
+    copy_: Levels[SequenceKnobs] = Field(alias="copy")
+    reverse: Levels[SequenceKnobs]
+    compare: Levels[DigitsKnobs]
+    parity: Levels[ParityKnobs]
+    add: Levels[DigitsKnobs]
+    mod: Levels[ModKnobs]
+    sort: Levels[SequenceKnobs]
+    mul: Levels[MulKnobs]
+
+    def knobs(self, task: str, level: str) -> dict:
+        """The knobs as written in params.yaml (unset optional keys left out), as the task registry takes them."""
+        return self.entry(task).entry(level).model_dump(exclude_unset=True)
+
+
+# train -------------------------------------------------------------------------------------
+
+def _betas(value: Any) -> tuple[float, float]:
+    """AdamW's (beta1, beta2): two real numbers (not strings, not booleans) in [0, 1), as stages/train.py."""
+    if (not isinstance(value, (list, tuple)) or len(value) != 2
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in value)):
+        raise _bad(f"must be a list of two numbers in [0, 1), got {value!r}")
+    return float(value[0]), float(value[1])
+
+
+def _n_checkpoints(value: Any) -> int:
+    n = _int(value, 1)
+    if n > MAX_CHECKPOINTS:
+        raise _bad(f"must be at most {MAX_CHECKPOINTS}, got {n}")
+    return n
+
+
+Schedule = Annotated[Literal["constant", "cosine", "linear"], choice(*LR_SCHEDULES)]
+Betas = Annotated[tuple[float, float], PlainValidator(_betas)]
+NCheckpoints = Annotated[int, PlainValidator(_n_checkpoints)]
+
+
+class TrainSettings(Section):
+    """``train.defaults``: every key a run needs (stages/train.py); optional ones carry the stage's default."""
+
+    steps: PosInt
+    lr: PosFloat
+    weight_decay: NonNegFloat
+    batch_size: PosInt
+    warmup: NonNegInt
+    schedule: Schedule
+    min_lr_ratio: Fraction = 0.0
+    betas: Betas
+    grad_clip: NonNegFloat
+    dropout: Fraction = 0.0
+    device: Device
+    n_checkpoints: NCheckpoints  # at most MAX_CHECKPOINTS; at most steps + 1 is checked per run
+    log_fraction: Fraction
+    log_until: Fraction
+    eval_batch_size: PosInt
+    eval_train_max: PosInt = 4096
+    precision: Precision = "auto"
+
+
+class Overrides(Section):
+    """Overrides of ``train.defaults``: any of its keys, all optional."""
+
+    steps: OptPosInt = None
+    lr: OptPosFloat = None
+    weight_decay: OptNonNegFloat = None
+    batch_size: OptPosInt = None
+    warmup: OptNonNegInt = None
+    schedule: Annotated[Optional[Literal["constant", "cosine", "linear"]], choice(*LR_SCHEDULES)] = None
+    min_lr_ratio: OptFraction = None
+    betas: Annotated[Optional[tuple[float, float]], PlainValidator(_betas)] = None
+    grad_clip: OptNonNegFloat = None
+    dropout: OptFraction = None
+    device: Annotated[Optional[str], PlainValidator(_device)] = None
+    n_checkpoints: Annotated[Optional[int], PlainValidator(_n_checkpoints)] = None
+    log_fraction: OptFraction = None
+    log_until: OptFraction = None
+    eval_batch_size: OptPosInt = None
+    eval_train_max: OptPosInt = None
+    precision: Annotated[Optional[Literal["auto", "fp32", "bf16"]], choice(*PRECISIONS)] = None
+
+
+class TaskOverrides(Section):
+    """``train.tasks.<task>``: ``all`` for every level of the task, then the level's own block (null or
+    missing = none). Distinct keys, so that a run's dvc.yaml params track ``all`` and its own level only."""
+
+    all: Optional[Overrides] = None
+    easy: Optional[Overrides] = None
+    medium: Optional[Overrides] = None
+    hard: Optional[Overrides] = None
+
+    @classmethod
+    def _hint(cls, key: str, known: list[str]) -> str:
+        if key in TrainSettings.model_fields:
+            return "task-wide settings go under 'all', per-level ones under 'easy', 'medium' or 'hard'"
+        return super()._hint(key, known)
+
+
+class TrainTasks(Section):
+    """``train.tasks``: a task missing or null has no overrides."""
+
+    copy_: Optional[TaskOverrides] = Field(None, alias="copy")
+    reverse: Optional[TaskOverrides] = None
+    compare: Optional[TaskOverrides] = None
+    parity: Optional[TaskOverrides] = None
+    add: Optional[TaskOverrides] = None
+    mod: Optional[TaskOverrides] = None
+    sort: Optional[TaskOverrides] = None
+    mul: Optional[TaskOverrides] = None
+
+
+class Train(Section):
+    defaults: TrainSettings
+    tasks: TrainTasks = TrainTasks()
+
+    def resolve(self, task: str, level: str) -> TrainSettings:
+        """One run's settings: defaults, then ``train.tasks.<task>.all``, then ``train.tasks.<task>.<level>``."""
+        merged = self.defaults.model_dump()
+        over = self.tasks.entry(task)
+        for part in ("all", level):
+            block = None if over is None else over.entry(part)
+            if block is not None:
+                merged.update(block.model_dump(exclude_unset=True))
+        return TrainSettings.model_validate(merged)
+
+
+# extract, measures -------------------------------------------------------------------------
+
+class Extract(Section):
+    probe_size: PosInt
+    positions: Annotated[Literal["first", "all"], choice(*POSITIONS)]
+    batch_size: PosInt
+    device: Device = "auto"
+    precision: Precision = "auto"
+
+
+class Probe(Section):
+    train_fraction: Fraction
+    C: PosFloat
+    max_iter: PosInt
+
+
+class Measures(Section):
+    device: Device = "auto"
+    probe: Probe
+    rankme_chunk: OptPosInt = None  # matrices per SVD call; default from a memory budget
+
+
+# events ------------------------------------------------------------------------------------
+
+def _layer(value: Any) -> Union[str, int]:
+    if value in ("last", "mean") and isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise _bad(f"must be 'last', 'mean' or a layer number, got {value!r}")
+
+
+def _resolution(value: Any) -> int:
+    n = _int(value, 0)
+    if n == 1:
+        raise _bad("must be 0 (as trained) or at least 2, got 1")
+    return n
+
+
+class Bootstrap(Section):
+    resamples: NonNegInt
+    seed: NonNegInt
+
+
+class Sensitivity(Section):
+    min_lead: Annotated[list[float], _list(_share_below_one, "shares in [0, 1)")]
+    n_checkpoints: Annotated[list[int], _list(_resolution, "checkpoint counts (0 = as trained)")]
+
+
+class Events(Section):
+    measure: Annotated[Literal["rankme", "rankme_centred"], choice(*GEOMETRY)]
+    layer: Annotated[Union[Literal["last", "mean"], int], PlainValidator(_layer)]
+    min_depth: Fraction
+    recovery_fraction: Fraction
+    acquisition_threshold: Fraction
+    acquisition_window: PosInt
+    precursor_min_lead: ShareBelowOne
+    min_checkpoints: NonNegInt
+    bootstrap: Bootstrap
+    sensitivity: Sensitivity
+
+
+# pythia ------------------------------------------------------------------------------------
+
+def _acquisition(value: Any) -> Union[str, float]:
+    if value == HALFWAY and isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value < 1:
+        return float(value)
+    raise _bad(f"must be '{HALFWAY}' or a number in (0, 1), got {value!r}")
+
+
+def _offline(value: Any) -> Union[str, bool]:
+    if value == "auto" and isinstance(value, str) or isinstance(value, bool):
+        return value
+    raise _bad(f"must be auto, true or false, got {value!r}")
+
+
+def _repo(value: Any) -> str:
+    if not isinstance(value, str) or "{model}" not in value:
+        raise _bad(f"must be a string containing {{model}}, got {value!r}")
+    return value
+
+
+def _cache_dir(value: Any) -> Optional[str]:
+    if value is not None and not isinstance(value, str):
+        raise _bad(f"must be a path or null, got {value!r}")
+    return value
+
+
+def _revision(value: Any) -> str:
+    if not isinstance(value, str) or not _STEP.fullmatch(value):
+        raise _bad(f"must be a revision of the form stepN, got {value!r}")
+    return value
+
+
+def _increasing(revisions: list[str], raw) -> None:
+    steps = [int(_STEP.fullmatch(r).group(1)) for r in revisions]
+    if sorted(set(steps)) != steps:
+        raise _bad("must list distinct revisions in increasing step order")
+
+
+class Evals(Section):
+    seed: NonNegInt
+    n_per_set: PosInt
+
+
+def _mixture(value: Any) -> dict[str, float]:
+    """Weights of the evaluation-set generators in the training corpus (stages/pythia/grammar.py sentence)."""
+    if not isinstance(value, dict) or not value:
+        raise _bad(f"must map evaluation-set names to non-negative weights, got {value!r}")
+    out = {}
+    for name, weight in value.items():
+        if name not in EVAL_SETS:
+            raise PydanticCustomError("unknown_key", "{hint}", {"hint": f"known: {', '.join(EVAL_SETS)}",
+                                                                "at": str(name)})
+        try:
+            out[name] = _non_negative(weight)
+        except PydanticCustomError as exc:
+            raise PydanticCustomError(exc.type, exc.message_template, {**(exc.context or {}), "at": name}) from None
+    if not any(out.values()):
+        raise _bad(f"needs a positive weight, got {value!r}")
+    return out
+
+
+class SuiteModel(Section):
+    """``pythia.profiles.<profile>.train.<model>``: one model of the locally trained suite
+    (stages/pythia/settings.py train_settings, stages/train_suite.py): AdamW, linear warm-up, then a
+    cosine from lr to min_lr_ratio x lr, gradient norm clipped at grad_clip (0 = none)."""
+
+    hidden_size: PosInt
+    layers: PosInt
+    heads: PosInt
+    seq_len: PosInt
+    steps: PosInt
+    batch_size: PosInt
+    lr: PosFloat
+    warmup: NonNegInt
+    seed: NonNegInt
+    betas: Betas
+    weight_decay: NonNegFloat
+    grad_clip: NonNegFloat
+    min_lr_ratio: Fraction
+    mixture: Annotated[Optional[dict[str, float]], PlainValidator(_mixture)] = None  # default: every set alike
+
+    @model_validator(mode="after")
+    def _heads_divide(self):
+        if self.hidden_size % self.heads:
+            raise _bad(f"must be divisible by heads ({self.heads}), got {self.hidden_size}", at="hidden_size")
+        return self
+
+
+class Profile(Section):
+    repo: Annotated[str, PlainValidator(_repo)]
+    models: Annotated[Optional[list[str]], _list(_name, "model names")] = None  # the sizes it offers (documentation)
+    cache_dir: Annotated[Optional[str], PlainValidator(_cache_dir)] = None  # null: huggingface_hub's cache
+    offline: Annotated[Union[Literal["auto"], bool], PlainValidator(_offline)] = "auto"
+    revisions: Annotated[list[str], _list(_revision, "stepN revisions", extra=_increasing)]
+    train: Annotated[Optional[dict[str, SuiteModel]], BeforeValidator(_not_null)] = None  # local suite only
+
+    @model_validator(mode="after")
+    def _train_names(self):
+        for name in self.train or {}:
+            try:
+                _name(name)
+            except PydanticCustomError:
+                raise _bad("is not a usable model name (letters, digits, '.', '_' or '-')", at=f"train.{name}") from None
+        return self
+
+
+class Pythia(Section):
+    profile: str
+    models: Annotated[list[str], _list(_name, "model names", distinct=True)]
+    evals: Evals
+    test_acc: Annotated[str, choice("mean", *EVAL_SETS)]
+    acquisition: Annotated[Union[Literal["halfway"], float], PlainValidator(_acquisition)] = HALFWAY
+    probe_per_set: PosInt
+    batch_size: PosInt
+    device: Device = "auto"
+    verify: Annotated[Literal["sha256", "size"], choice(*VERIFY)] = "sha256"
+    profiles: dict[str, Profile]
+
+    @model_validator(mode="after")
+    def _active_profile(self):
+        if not self.profiles:
+            raise _bad("must map profile names to settings, got {}", at="profiles")
+        if not isinstance(self.profile, str) or self.profile not in self.profiles:
+            raise _choice(self.profile, sorted(self.profiles), at="profile")
+        train = self.profiles[self.profile].train
+        if train is not None:
+            for i, model in enumerate(self.models):
+                if model not in train:
+                    raise _bad(f"names '{model}', which has no training settings under 'pythia.profiles."
+                               f"{self.profile}.train' (the local suite trains: {', '.join(train)})", at=f"models[{i}]")
+        return self
+
+    def active(self) -> Profile:
+        return self.profiles[self.profile]
+
+
+# landscape ---------------------------------------------------------------------------------
+# Both landscape sections were still being extended when this schema was written: a new key in
+# params.yaml needs its line here (unknown keys are errors), the cross-key rules (llc draws vs
+# burn_in, gradcov_rank's sample count, hessian.k vs the model size) stay in stages/landscape.py.
+
+def _nbeta(value: Any) -> Union[str, float]:
+    if value == "auto" and isinstance(value, str):
+        return value
+    try:
+        return _positive(value)
+    except PydanticCustomError:
+        raise _bad(f"must be auto or a positive number, got {value!r}") from None
+
+
+class Grad(Section):
+    samples: PosInt
+    chunk: PosInt
+    sketch_dim: NonNegInt  # 0 = exact
+    cov_rtol: Fraction
+
+
+class Hessian(Section):
+    samples: PosInt
+    k: PosInt
+    tol: NonNegFloat
+    maxiter: PosInt
+    repeats: PosInt
+
+
+class LLC(Section):
+    samples: PosInt
+    batch_size: PosInt
+    chains: PosInt
+    draws: PosInt
+    burn_in: NonNegInt
+    lr: PosFloat
+    gamma: NonNegFloat
+    nbeta: Annotated[Union[Literal["auto"], float], PlainValidator(_nbeta)]
+    max_drift: PosFloat
+
+
+class Landscape(Section):
+    measures: Annotated[list[str], _list(_one_of(LANDSCAPE_MEASURES), "landscape measures")]
+    device: Device
+    threads: NonNegInt  # 0 = torch's default
+    max_checkpoints: NonNegInt  # 0 = no cap
+    after_acquisition: NonNegInt
+    seed: NonNegInt
+    grad: Grad
+    hessian: Hessian
+    llc: LLC
+
+
+def _directions(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not value:
+        raise _bad(f"must map measure names to dip or rise, got {value!r}")
+    for measure, direction in value.items():
+        if not isinstance(measure, str):
+            raise _bad(f"must map measure names to dip or rise, got the key {measure!r}")
+        if direction not in DIRECTIONS or not isinstance(direction, str):
+            raise _choice(direction, DIRECTIONS, at=measure)
+    return dict(value)
+
+
+class LandscapeEvents(Section):
+    directions: Annotated[dict[str, Literal["dip", "rise"]], PlainValidator(_directions)]
+    rise_fraction: Fraction
+    min_rise: Fraction
+    noise_factor: NonNegFloat
+    erank_saturation: Fraction
+
+
+# the file ----------------------------------------------------------------------------------
+
+class Params(Section):
+    """The whole of params.yaml; only ``pythia`` may be left out (no Pythia runs then)."""
+
+    grid: Grid
+    runtime: Runtime
+    datasets: Datasets
+    tasks: Tasks
+    train: Train
+    extract: Extract
+    measures: Measures
+    events: Events
+    pythia: Annotated[Optional[Pythia], BeforeValidator(_not_null)] = None
+    landscape: Landscape
+    landscape_events: LandscapeEvents
+
+
+def validate_params(data: dict, source: str = "params.yaml") -> Params:
+    """``data`` (params.yaml as loaded) as a :class:`Params`; a :class:`PipelineError` with one line
+    naming the full YAML path of the first error otherwise. ``source`` starts the message."""
+    try:
+        return Params.model_validate(data)
+    except ValidationError as exc:
+        raise PipelineError(_message(exc.errors()[0], source)) from None
