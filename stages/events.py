@@ -12,7 +12,9 @@ where present) for every run of the grid in params.yaml and writes
   ``data/events/cross_scale.csv``: the cross-scale statistics as a flat table;
 * ``metrics/events.json`` (per level, with 95% intervals) and ``metrics/cross_scale.json``;
 * ``plots/sensitivity/{threshold,resolution}.csv``: precursor rate per level against the rule's
-  threshold and against checkpoint resolution; ``plots/figures/trajectories.png``.
+  threshold and against checkpoint resolution; ``plots/runs/<run>.csv``: RankMe and accuracy with
+  the run's collapse, recovery and acquisition (stages/analysis/plot_tables.py);
+  ``plots/figures/trajectories.png``.
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ from stages.analysis.cross_scale import cross_scale, cross_scale_table
 from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.analysis.pythia_events import acquisition_threshold, set_events
+from stages.analysis.plot_tables import run_plot_table
 from stages.analysis.runs import GEOMETRY, run_events
+from stages.analysis.trajectories import trajectory
 from stages.analysis.summary import level_summary, resolution_sensitivity, seed_agreement, threshold_sensitivity
 from stages.cli import stage_arguments
 from stages.config import fraction, get, grid_settings, load_params, positive_int, run_id, seed_list
@@ -101,7 +105,7 @@ def events(params: dict) -> dict:
     s = settings(params)
     land_p = landscape_event_params(params)
     pythia_threshold = acquisition_threshold(get(params, "pythia.acquisition", "halfway"), "pythia.acquisition")
-    run_rows, layer_rows, frames, steps, idents, set_rows = [], [], {}, {}, [], []
+    run_rows, layer_rows, frames, steps, idents, set_rows, plot_tables = [], [], {}, {}, [], [], {}
     for task, level, model, seed in grid_runs(params):
         rid = run_id(task, level, model, seed)
         frame = read_measures(paths.measures_file(rid))
@@ -115,8 +119,12 @@ def events(params: dict) -> dict:
             raise PipelineError(f"corrupt table: {paths.measures_file(rid)} (no {s.measure} of a varying layer)")
         run_rows.extend({**ident, **m} for m in measures)
         layer_rows.extend({**ident, **l} for l in layers)
+        chosen = next(m for m in measures if m["measure"] == s.measure)
+        plot_tables[rid] = run_plot_table(trajectory(frame), {"collapse": chosen["collapse_step"],
+                                                              "recovery": chosen["recovery_step"],
+                                                              "acquisition": chosen["acquisition_step"]})
         if seed is None and accuracy_file(rid).is_file():  # Pythia: events per evaluation set
-            end = next(m["end_step"] for m in measures if m["measure"] == s.measure)
+            end = chosen["end_step"]
             sets = set_events(read_csv(accuracy_file(rid)), end, s.rules, pythia_threshold)
             set_rows.extend({"run": rid, "model": model, "recovery_step": end, **r} for r in sets.to_dict("records"))
         land = paths.landscape_file(rid)
@@ -147,6 +155,8 @@ def events(params: dict) -> dict:
     write_csv(cross_scale_table(scale), EVENTS_DIR / "cross_scale.csv")
     write_csv(threshold, SENSITIVITY_DIR / "threshold.csv")
     write_csv(resolution, SENSITIVITY_DIR / "resolution.csv")
+    for rid, table in plot_tables.items():
+        write_csv(table, paths.run_plot_file(rid))
     write_json(metrics, paths.METRICS / "events.json")
     write_json(scale, paths.METRICS / "cross_scale.json")
     return {"rows": rows, "metrics": metrics, "cells": cells}

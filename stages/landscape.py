@@ -39,12 +39,14 @@ from tqdm import tqdm
 
 from stages import paths
 from stages.analysis.events import acquisition
+from stages.analysis.runs import layer_series, varying_layers
 from stages.cli import stage_arguments
 from stages.config import choose, fraction, get, load_params, positive_float, positive_int, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.checkpoints import load_model, read_manifest
 from stages.io.datasets import load_split
 from stages.io.history import accuracy_by_step
+from stages.io.measures import read_measures
 from stages.io.tables import write_csv
 from stages.measures.grad_cov import covariance_rank_cap, gradient_covariance_rank
 from stages.measures.grad_rank import effective_rank_cap, gradient_effective_rank, gram_matrix
@@ -199,12 +201,26 @@ def landscape(task: str, level: str, model_name: str, seed: int, params: dict, p
     return pd.DataFrame(rows)
 
 
-def plot_table(frame: pd.DataFrame) -> pd.DataFrame:
+def rankme_at(measures: pd.DataFrame, steps) -> pd.DataFrame:
+    """Raw and centred RankMe of the deepest layer whose states vary, at ``steps`` (NaN where the
+    measures table has no such checkpoint): the reference the landscape measures are compared with."""
+    layers = varying_layers(measures)
+    out = pd.DataFrame({"step": list(steps)})
+    for column in ("rankme", "rankme_centred"):
+        if column in measures.columns and layers:
+            out[column] = out["step"].map(layer_series(measures, column, "last", layers)).astype(float)
+    return out
+
+
+def plot_table(frame: pd.DataFrame, rankme: pd.DataFrame | None = None) -> pd.DataFrame:
     """Long table for ``dvc plots`` (template ``.dvc/plots/landscape.json``, one line per measure):
     step, measure, value, and ``scaled`` = the value min-max scaled to [0, 1] over the run, so the
-    timing of every measure's transition and of acquisition (``test_acc``) share one axis."""
+    timing of every measure's transition, of RankMe's dip (``rankme``, ``rankme_centred`` from
+    ``rankme``, see :func:`rankme_at`) and of acquisition (``test_acc``) share one axis."""
+    if rankme is not None:
+        frame = frame.merge(rankme, on="step", how="left")
     parts = []
-    for col in (*PLOT_COLUMNS, "test_acc"):
+    for col in ("rankme", "rankme_centred", *PLOT_COLUMNS, "test_acc"):
         if col not in frame:
             continue
         values = frame[col].astype(float)
@@ -221,8 +237,9 @@ def main(argv=None) -> None:
     params = load_params(args.params)
     set_threads(params)  # a non-zero landscape.threads overrides it inside landscape()
     frame = landscape(args.task, args.level, args.model, args.seed, params)
+    rankme = rankme_at(read_measures(paths.measures_file(rid)), frame["step"])
     write_csv(frame, paths.landscape_file(rid))
-    write_csv(plot_table(frame), paths.landscape_plot_file(rid))
+    write_csv(plot_table(frame, rankme), paths.landscape_plot_file(rid))
     print(paths.landscape_file(rid))
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from stages import generate, landscape, train
+from stages import extract, generate, landscape, measure, train
 from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.config import load_params
@@ -42,6 +42,8 @@ def tiny_run(workdir, one_thread):
     (workdir / "params.yaml").write_text(yaml.safe_dump(params))
     generate.main(["--task", "copy", "--level", "easy"])
     train.main(RUN)
+    extract.main(RUN)
+    measure.main(RUN)  # the landscape plot table draws RankMe beside the landscape measures
     return workdir
 
 
@@ -79,7 +81,12 @@ def test_stage_writes_deterministic_landscape(tiny_run):
     assert first["llc_stationary"].isin([True, False]).all()
     plot = pd.read_csv(tiny_run / f"plots/landscape/{RID}.csv")
     assert list(plot.columns) == ["step", "measure", "value", "scaled"]
-    assert set(plot["measure"]) == {"grad_erank", "gradcov_rank", "hessian_top1", "llc", "test_acc"}
+    assert set(plot["measure"]) == {"rankme", "rankme_centred", "grad_erank", "gradcov_rank", "hessian_top1", "llc",
+                                    "test_acc"}
+    measures = pd.read_csv(tiny_run / f"data/measures/{RID}.csv")
+    last = measures[measures["layer"] == measures["layer"].max()].set_index("step")["rankme_centred"]
+    drawn = plot[plot["measure"] == "rankme_centred"].set_index("step")["value"]
+    np.testing.assert_allclose(drawn.to_numpy(), last.loc[drawn.index].to_numpy())
     assert plot["scaled"].between(0, 1).all()
     landscape.main(RUN)  # seeded: a rerun reproduces every number
     second = pd.read_csv(tiny_run / f"data/landscape/{RID}.csv")
@@ -131,3 +138,12 @@ def test_stage_errors_are_one_line(workdir, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"data/checkpoints/{RID}" in err
+
+
+def test_rankme_at_takes_the_deepest_varying_layer():
+    measures = pd.DataFrame({"step": [0, 0, 0, 5, 5, 5], "layer": [0, 1, 2] * 2,
+                             "rankme": [1.0, 4.0, 9.0, 1.0, 3.0, 2.0], "rankme_centred": [np.nan, 5.0, 8.0, np.nan, 2.5, 1.5],
+                             "varies": [False, True, True] * 2})
+    out = landscape.rankme_at(measures, [5, 0, 7])
+    assert out["rankme"].tolist()[:2] == [2.0, 9.0] and out["rankme_centred"].tolist()[:2] == [1.5, 8.0]
+    assert np.isnan(out["rankme"].iloc[2])  # no such checkpoint in the measures table

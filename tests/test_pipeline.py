@@ -51,6 +51,12 @@ def test_tiny_pipeline_end_to_end(workdir):
     assert not m[m.layer == 0]["varies"].any() and m[m.layer == 0]["rankme_centred"].isna().all()
     for name in ("threshold", "resolution"):
         assert (paths.PLOTS / "sensitivity" / f"{name}.csv").is_file()
+    chart = pd.read_csv(paths.run_plot_file(RUN))
+    centred = runs[runs["measure"] == "rankme_centred"].iloc[0]
+    marks = chart.dropna(subset=["event"]).set_index("event")["event_step"]
+    for event in ("collapse", "recovery", "acquisition"):  # the chart's rules are the run's events
+        expected = centred[f"{event}_step"]
+        assert (event not in marks and pd.isna(expected)) or marks[event] == expected
     assert (paths.DATA / "events" / "runs.csv").is_file() and (paths.METRICS / "cross_scale.json").is_file()
     assert (paths.PLOTS / "figures" / "trajectories.png").stat().st_size > 1000
     assert not list(paths.DATA.rglob("*.tmp")) and not list(paths.DATA.rglob("*.partial"))
