@@ -10,7 +10,10 @@ where present) for every run of the grid in params.yaml and writes
   each (task, level, model) over seeds and the share of seeds that agree;
   ``data/events/pythia_sets.csv``: Pythia events per evaluation set;
   ``data/events/cross_scale.csv``: the cross-scale statistics as a flat table;
-* ``metrics/events.json`` (per level, with 95% intervals) and ``metrics/cross_scale.json``;
+  ``data/events/levels.json``: every per-level statistic with its 95% interval, per measure, and the
+  verdict of each configuration; ``data/events/cross_scale.json``: the cross-scale statistics;
+* ``metrics/summary.json``: the few dozen numbers ``dvc exp show`` / ``dvc metrics diff`` read;
+  ``metrics/paper.csv`` and ``metrics/paper.md``: this run next to the paper's headline claims;
 * ``plots/sensitivity/{threshold,resolution}.csv``: precursor rate per level against the rule's
   threshold and against checkpoint resolution; ``plots/runs/<run>.csv``: RankMe and accuracy with
   the run's collapse, recovery and acquisition (stages/analysis/plot_tables.py);
@@ -29,6 +32,7 @@ from stages.analysis.cross_scale import cross_scale, cross_scale_table
 from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.analysis.pythia_events import acquisition_threshold, set_events
+from stages.analysis.paper import compare, markdown, summary_metrics
 from stages.analysis.plot_tables import run_plot_table
 from stages.analysis.runs import GEOMETRY, run_events
 from stages.analysis.trajectories import trajectory
@@ -37,6 +41,7 @@ from stages.cli import stage_arguments
 from stages.config import fraction, get, grid_settings, load_params, positive_int, run_id, seed_list
 from stages.errors import PipelineError, main_guard
 from stages.io.measures import read_landscape, read_measures
+from stages.io.atomic import write_text
 from stages.io.tables import read_csv, write_csv, write_json
 from stages.pythia.paths import accuracy_file
 from stages.pythia.settings import grid_runs as pythia_runs  # Pythia runs: task "pythia", level "lm"
@@ -140,26 +145,34 @@ def events(params: dict) -> dict:
                                         s.resamples, s.bootstrap_seed)
     scale = cross_scale(primary, s.resamples, s.bootstrap_seed)
 
-    metrics = {"measure": s.measure,
-               "by_level": level_summary(rows, s.measure, s.resamples, s.bootstrap_seed),
+    levels = level_summary(rows, s.measure, s.resamples, s.bootstrap_seed)
+    details = {"measure": s.measure, "by_level": levels,
                "configurations": {f"{c.task}-{c.level}-{c.model}": {
                    "verdict": c.verdict, "precursor_seeds": c.precursor_seeds, "decided": c.decided,
                    "seeds": c.seeds, "agreement": c.agreement} for c in cells.itertuples()},
                "pythia_sets": {f"{r['model']}/{r['eval_set']}": {
                    "acquisition_step": _plain(r["acquisition_step"]), "lead_fraction": _plain(r["lead_fraction"]),
                    "precursor": r["precursor"]} for r in set_rows}}
+    sets = pd.DataFrame(set_rows)
+    paper = compare(rows, s.measure, scale, sets, s.resamples, s.bootstrap_seed)
+    summary = summary_metrics(levels, cells, scale)
     write_csv(rows, EVENTS_DIR / "runs.csv")
     write_csv(pd.DataFrame(layer_rows), EVENTS_DIR / "layers.csv")
     write_csv(cells, EVENTS_DIR / "cells.csv")
-    write_csv(pd.DataFrame(set_rows), EVENTS_DIR / "pythia_sets.csv")
+    write_csv(sets, EVENTS_DIR / "pythia_sets.csv")
     write_csv(cross_scale_table(scale), EVENTS_DIR / "cross_scale.csv")
+    write_json(details, EVENTS_DIR / "levels.json")
+    write_json(scale, EVENTS_DIR / "cross_scale.json")
     write_csv(threshold, SENSITIVITY_DIR / "threshold.csv")
     write_csv(resolution, SENSITIVITY_DIR / "resolution.csv")
     for rid, table in plot_tables.items():
         write_csv(table, paths.run_plot_file(rid))
-    write_json(metrics, paths.METRICS / "events.json")
-    write_json(scale, paths.METRICS / "cross_scale.json")
-    return {"rows": rows, "metrics": metrics, "cells": cells}
+    write_csv(paper, paths.METRICS / "paper.csv")
+    write_text(paths.METRICS / "paper.md", markdown(paper))
+    write_json(summary, paths.METRICS / "summary.json")
+    marks = {rid: {"collapse": r.collapse_step, "recovery": r.recovery_step, "acquisition": r.acquisition_step}
+             for r in primary.itertuples()}
+    return {"rows": rows, "levels": details, "summary": summary, "cells": cells, "paper": paper, "marks": marks}
 
 
 def _plain(value):
@@ -178,7 +191,7 @@ def main(argv=None) -> None:
     from stages.analysis.figures import trajectories_figure
 
     shown = [run_id(*r) for r in grid_runs(params) if r[3] in (None, min(seed_list(params)))]
-    trajectories_figure(shown, paths.PLOTS / "figures" / "trajectories.png")
+    trajectories_figure(shown, paths.PLOTS / "figures" / "trajectories.png", result["marks"])
     for c in result["cells"].itertuples():
         print(f"{c.task}-{c.level}-{c.model}: {c.verdict} ({c.verdicts}; {c.precursor_seeds}/{c.decided} seeds)")
 

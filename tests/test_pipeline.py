@@ -43,7 +43,17 @@ def test_tiny_pipeline_end_to_end(workdir):
     traj = pd.read_csv(paths.trajectory_file(RUN))
     assert {"step", "test_acc", "rankme_rel", "rankme_layer2"} <= set(traj.columns) and traj["rankme_rel"].iloc[0] == 1
 
-    metrics = json.loads((paths.METRICS / "events.json").read_text())
+    metrics = json.loads((paths.DATA / "events" / "levels.json").read_text())
+    summary = json.loads((paths.METRICS / "summary.json").read_text())
+    assert set(summary) == {"easy", "configs"} and "precursor_lo" in summary["easy"]
+
+    def leaves(node):
+        return [x for v in node.values() for x in leaves(v)] if isinstance(node, dict) else [node]
+
+    assert all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in leaves(summary))
+    paper = pd.read_csv(paths.METRICS / "paper.csv")
+    assert set(paper["verdict"]) <= {"reproduced", "not reproduced", "inconclusive", "not measurable"}
+    assert "not measurable" in set(paper[paper["claim"].str.startswith("cross-scale")]["verdict"])
     assert "copy-easy-p405k" in metrics["configurations"] and "easy" in metrics["by_level"]
     runs = pd.read_csv(paths.DATA / "events" / "runs.csv")
     assert set(runs["measure"]) == {"rankme", "rankme_centred"} and set(runs["run"]) == {RUN}
@@ -57,7 +67,7 @@ def test_tiny_pipeline_end_to_end(workdir):
     for event in ("collapse", "recovery", "acquisition"):  # the chart's rules are the run's events
         expected = centred[f"{event}_step"]
         assert (event not in marks and pd.isna(expected)) or marks[event] == expected
-    assert (paths.DATA / "events" / "runs.csv").is_file() and (paths.METRICS / "cross_scale.json").is_file()
+    assert (paths.DATA / "events" / "runs.csv").is_file() and (paths.DATA / "events" / "cross_scale.json").is_file()
     assert (paths.PLOTS / "figures" / "trajectories.png").stat().st_size > 1000
     assert not list(paths.DATA.rglob("*.tmp")) and not list(paths.DATA.rglob("*.partial"))
 

@@ -1,4 +1,6 @@
-"""Seaborn figure: RankMe of every layer and test accuracy against training step, one panel per run."""
+"""Seaborn figure: RankMe of every layer and test accuracy against training step, one panel per run,
+with the run's collapse, recovery and acquisition marked (the layers whose states do not vary are
+left out)."""
 from __future__ import annotations
 
 import math
@@ -17,7 +19,12 @@ from stages.io.atomic import atomic_path  # noqa: E402
 from stages.io.tables import read_csv  # noqa: E402
 
 
-def trajectories_figure(runs: list[str], out: str | os.PathLike, events: pd.DataFrame | None = None) -> None:
+EVENT_STYLE = {"collapse": ("tab:orange", ":"), "recovery": ("tab:green", "-."), "acquisition": ("black", "--")}
+
+
+def trajectories_figure(runs: list[str], out: str | os.PathLike, events: dict[str, dict] | None = None) -> None:
+    """One panel per run of ``runs``; ``events`` maps a run to ``{collapse, recovery, acquisition}``
+    steps (``None``/NaN: not found), drawn as vertical lines."""
     sns.set_theme(style="whitegrid", context="paper")
     cols = min(3, len(runs))
     rows = math.ceil(len(runs) / cols)
@@ -38,6 +45,11 @@ def trajectories_figure(runs: list[str], out: str | os.PathLike, events: pd.Data
         twin.set_ylim(-0.02, 1.02)
         twin.set_ylabel("accuracy", color="crimson")
         twin.grid(False)
+        for name, step in ((events or {}).get(rid) or {}).items():
+            if step is not None and not pd.isna(step):
+                colour, style = EVENT_STYLE[name]
+                ax.axvline(step, color=colour, ls=style, lw=1.2, label=f"{name} {int(step)}")
+        ax.legend(fontsize=6, loc="upper right")
     for ax in list(axes.flat)[len(runs):]:
         ax.set_visible(False)
     fig.tight_layout()

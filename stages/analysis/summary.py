@@ -6,8 +6,6 @@ Every function takes the long per-run table (one row per run and measure, column
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 
@@ -51,7 +49,8 @@ def level_summary(rows: pd.DataFrame, primary: str, resamples: int = 1000, seed:
 
 def seed_agreement(rows: pd.DataFrame, measure: str) -> pd.DataFrame:
     """One row per configuration (task, level, model): seeds, precursor verdicts per seed, the
-    majority verdict and the share of decided seeds that agree with it."""
+    majority verdict, the share of decided seeds that agree with it, and the median acquisition and
+    recovery steps over seeds."""
     out = []
     for (task, level, model), g in rows[rows["measure"] == measure].groupby(CELL, sort=True):
         g = g.sort_values("seed")
@@ -62,6 +61,8 @@ def seed_agreement(rows: pd.DataFrame, measure: str) -> pd.DataFrame:
         out.append({"task": task, "level": level, "model": model, "seeds": len(g), "decided": len(decided),
                     "precursor_seeds": yes, "verdict": verdict,
                     "agreement": max(yes, no) / len(decided) if len(decided) else None,
+                    "acquisition": bootstrap.median("acquisition_step")(g),
+                    "recovery": bootstrap.median("recovery_step")(g),
                     "verdicts": " ".join("?" if pd.isna(v) else ("P" if v else "-") for v in g["precursor"])})
     return pd.DataFrame(out)
 
@@ -113,6 +114,3 @@ def _rates(frame: pd.DataFrame, key: dict, resamples: int, seed: int) -> list[di
 def _int(value):
     return None if value is None or pd.isna(value) else int(value)
 
-
-def with_min_lead(rules: Rules, value: float) -> Rules:
-    return replace(rules, min_lead=value)
