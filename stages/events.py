@@ -41,7 +41,7 @@ from stages.cli import stage_arguments
 from stages.config import fraction, get, grid_settings, load_params, positive_int, run_id, seed_list
 from stages.errors import PipelineError, main_guard
 from stages.io.measures import read_landscape, read_measures
-from stages.io.atomic import write_text
+from stages.io.atomic import output_set, write_text
 from stages.io.tables import read_csv, write_csv, write_json
 from stages.pythia.paths import accuracy_file
 from stages.pythia.settings import grid_runs as pythia_runs  # Pythia runs: task "pythia", level "lm"
@@ -187,11 +187,12 @@ def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv)
     params = load_params(args.params)
     set_threads(params)
-    result = events(params)
     from stages.analysis.figures import trajectories_figure
 
-    shown = [run_id(*r) for r in grid_runs(params) if r[3] in (None, min(seed_list(params)))]
-    trajectories_figure(shown, paths.PLOTS / "figures" / "trajectories.png", result["marks"])
+    with output_set():  # every output or none
+        result = events(params)
+        shown = [run_id(*r) for r in grid_runs(params) if r[3] in (None, min(seed_list(params)))]
+        trajectories_figure(shown, paths.PLOTS / "figures" / "trajectories.png", result["marks"])
     for c in result["cells"].itertuples():
         print(f"{c.task}-{c.level}-{c.model}: {c.verdict} ({c.verdicts}; {c.precursor_seeds}/{c.decided} seeds)")
 

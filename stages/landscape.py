@@ -47,6 +47,7 @@ from stages.io.checkpoints import load_model, read_manifest
 from stages.io.datasets import load_split
 from stages.io.history import accuracy_by_step
 from stages.io.measures import read_measures
+from stages.io.atomic import output_set
 from stages.io.tables import write_csv
 from stages.measures.grad_cov import covariance_rank_cap, gradient_covariance_rank
 from stages.measures.grad_rank import effective_rank_cap, gradient_effective_rank, gram_matrix
@@ -238,8 +239,9 @@ def main(argv=None) -> None:
     set_threads(params)  # a non-zero landscape.threads overrides it inside landscape()
     frame = landscape(args.task, args.level, args.model, args.seed, params)
     rankme = rankme_at(read_measures(paths.measures_file(rid)), frame["step"])
-    write_csv(frame, paths.landscape_file(rid))
-    write_csv(plot_table(frame, rankme), paths.landscape_plot_file(rid))
+    with output_set():  # both tables or neither
+        write_csv(frame, paths.landscape_file(rid))
+        write_csv(plot_table(frame, rankme), paths.landscape_plot_file(rid))
     print(paths.landscape_file(rid))
 
 

@@ -22,6 +22,7 @@ from stages.config import fraction, get, load_params, positive_float, positive_i
 from stages.errors import PipelineError, main_guard
 from stages.io.hidden import hidden_manifest, iter_steps
 from stages.io.history import accuracy_by_step
+from stages.io.atomic import output_set
 from stages.io.tables import write_csv
 from stages.measures.probes import probe_accuracy, split_mask
 from stages.measures.rankme import geometry
@@ -69,8 +70,9 @@ def main(argv=None) -> None:
     params = load_params(args.params)
     set_threads(params)
     frame = measure(rid, params)
-    write_csv(frame, paths.measures_file(rid))
-    write_csv(trajectory(frame), paths.trajectory_file(rid))
+    with output_set():  # both tables or neither
+        write_csv(frame, paths.measures_file(rid))
+        write_csv(trajectory(frame), paths.trajectory_file(rid))
     print(paths.measures_file(rid))
 
 

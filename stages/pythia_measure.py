@@ -34,7 +34,7 @@ from stages.analysis.trajectories import trajectory
 from stages.cli import stage_arguments
 from stages.config import fraction, get, load_params, positive_float, positive_int
 from stages.errors import PipelineError, main_guard
-from stages.io.atomic import atomic_path
+from stages.io.atomic import atomic_path, output_set
 from stages.io.hidden import schema, step_table
 from stages.io.tables import write_csv
 from stages.measures.probes import probe_accuracy, split_mask
@@ -157,10 +157,11 @@ def main(argv=None) -> None:
     rid = pythia_run_id(args.model)
     params = load_params(args.params)
     set_threads(params)
-    frame, acc = measure(args.model, params)
-    write_csv(acc, accuracy_file(rid))
-    write_csv(frame, paths.measures_file(rid))
-    write_csv(trajectory(frame), paths.trajectory_file(rid))
+    with output_set():  # the hidden states and the three tables, or none of them
+        frame, acc = measure(args.model, params)
+        write_csv(acc, accuracy_file(rid))
+        write_csv(frame, paths.measures_file(rid))
+        write_csv(trajectory(frame), paths.trajectory_file(rid))
     final = acc[acc["step"] == acc["step"].max()]
     print(", ".join(f"{s} {a:.2f}" for s, a in zip(final["eval_set"], final["accuracy"])))
     print(paths.measures_file(rid))

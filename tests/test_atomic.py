@@ -95,3 +95,45 @@ def test_stale_temporaries_are_removed_on_the_next_write(tmp_path):
     _age(stale_elsewhere, 2 * STALE_SECONDS)
     write_text(tmp_path / "again.txt", "ok")
     assert stale_elsewhere.exists()  # only the target's own directory is cleaned
+
+
+def test_output_set_is_all_or_nothing(tmp_path):
+    from stages.io.atomic import output_set, write_text
+
+    (tmp_path / "a.txt").write_text("old a")
+    with pytest.raises(RuntimeError):
+        with output_set():
+            write_text(tmp_path / "a.txt", "new a")
+            write_text(tmp_path / "b.txt", "new b")
+            assert (tmp_path / "a.txt").read_text() == "old a"  # held back until the set is complete
+            raise RuntimeError("a later input fails")
+    assert (tmp_path / "a.txt").read_text() == "old a" and not (tmp_path / "b.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]  # no temporary file left
+    with output_set():
+        write_text(tmp_path / "a.txt", "new a")
+        write_text(tmp_path / "b.txt", "new b")
+    assert (tmp_path / "a.txt").read_text() == "new a" and (tmp_path / "b.txt").read_text() == "new b"
+
+
+def test_events_stage_writes_nothing_when_a_later_input_fails(workdir):
+    """Issue: events left half an output folder when a later run's table was corrupt."""
+    import yaml
+
+    from stages import events, extract, generate, measure, paths, train
+
+    args = ["--task", "copy", "--level", "easy"]
+    generate.main(args)
+    for seed in ("0", "1"):
+        run = args + ["--model", "p405k", "--seed", seed]
+        train.main(run)
+        extract.main(run)
+        measure.main(run)
+    params = yaml.safe_load((workdir / "params.yaml").read_text())
+    params["grid"]["seeds"] = [0, 1]
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    bad = paths.measures_file("copy-easy-p405k-s1")
+    bad.write_text(bad.read_text()[:500])  # cut: the second run's table is corrupt
+    with pytest.raises(SystemExit):
+        events.main([])
+    assert not (paths.DATA / "events").exists() and not paths.METRICS.exists()
+    assert not (paths.PLOTS / "runs").exists() and not (paths.PLOTS / "figures").exists()

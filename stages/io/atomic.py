@@ -9,6 +9,7 @@ host still owns it.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ from pathlib import Path
 TMP_PREFIX = ".atomic-"
 TMP_SUFFIX = ".tmp"
 STALE_SECONDS = 3600
+_PENDING: contextvars.ContextVar[list | None] = contextvars.ContextVar("pending_outputs", default=None)
 _OWNER = re.compile(r"\.([A-Za-z0-9-]*)-(\d+)\.[^.]+" + re.escape(TMP_SUFFIX) + "$")
 
 
@@ -119,9 +121,37 @@ def atomic_path(path: str | os.PathLike, directory: bool = False):
     except BaseException:
         _remove(tmp)
         raise
+    pending = _PENDING.get()
+    if pending is not None:  # inside output_set(): moved into place with the rest of the set
+        pending.append((tmp, path, directory))
+        return
+    _replace(tmp, path, directory)
+
+
+def _replace(tmp: Path, path: Path, directory: bool) -> None:
     if directory and path.exists():
         _remove(path)
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def output_set():
+    """All or nothing for a stage's outputs: every :func:`atomic_path` write inside the block stays
+    in its temporary file until the block ends; then all are moved into place, one rename each. If
+    the block raises, every one of them is deleted and no output is touched."""
+    pending: list = []
+    token = _PENDING.set(pending)
+    try:
+        yield
+    except BaseException:
+        for tmp, _, _ in pending:
+            with contextlib.suppress(OSError):
+                _remove(tmp)
+        raise
+    finally:
+        _PENDING.reset(token)
+    for tmp, path, directory in pending:
+        _replace(tmp, path, directory)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -32,6 +32,7 @@ from stages.errors import PipelineError
 STEP_NAME = re.compile(r"^(?:checkpoint-|step[-_]?)(\d+)$")
 TRAINER_STATE = "trainer_state.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
+TRAINER_FILES = ("training_args", "optimizer", "scheduler", "rng_state", "scaler")  # the Trainer's own pickles
 
 
 @dataclass(frozen=True)
@@ -122,14 +123,14 @@ def completeness(ck: Checkpoint) -> tuple[bool, str]:
         if missing:
             return False, f"shards missing: {', '.join(missing[:3])}"
     elif not any(path.glob("*.safetensors")):
-        pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES
+                         and not p.name.startswith(TRAINER_FILES))
         if pickles and (not ck.trainer or (path / TRAINER_STATE).is_file()):
             raise PipelineError(f"checkpoint {ck.name}: no safetensors weights, only pickle weights "
                                 f"({', '.join(pickles)}); weights load only from safetensors (re-save with "
                                 "save_pretrained(..., safe_serialization=True))")
         return False, "no safetensors weights yet"
-    if ck.trainer and STEP_NAME.match(path.name) and path.name.startswith("checkpoint-") \
-            and not (path / TRAINER_STATE).is_file():
+    if ck.trainer and path.name.startswith("checkpoint-") and not (path / TRAINER_STATE).is_file():
         return False, f"no {TRAINER_STATE} yet (the Trainer writes it last)"
     return True, ""
 
