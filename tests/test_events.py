@@ -148,7 +148,8 @@ def _long(verdicts):
         for seed, v in enumerate(seeds):
             rows.append({"run": f"{task}-{level}-m-s{seed}", "task": task, "level": level, "model": "m", "seed": seed,
                          "measure": "rankme_centred", "precursor": v, "acquisition_step": 256 if v is not None else None,
-                         "end_step": 16 if v else 200, "lead_fraction": 0.9 if v else 0.2, "lead_steps": 100,
+                         "end_step": 16 if v else 200, "recovery_step": 16 if v else 200,
+                         "lead_fraction": 0.9 if v else 0.2, "lead_steps": 100,
                          "floor": 2.0, "floor_ratio": 0.1, "top_down": v})
     return pd.DataFrame(rows)
 
@@ -159,6 +160,7 @@ def test_seed_agreement_and_level_summary():
     cells = seed_agreement(rows, "rankme_centred").set_index("task")
     assert cells.loc["mod", "verdict"] == "precursor" and cells.loc["mod", "agreement"] == pytest.approx(2 / 3)
     assert cells.loc["mod", "verdicts"] == "P P -"
+    assert cells.loc["mod", "acquisition"] == 256 and cells.loc["mod", "recovery"] == 16  # medians over seeds
     assert cells.loc["copy", "decided"] == 2 and cells.loc["copy", "verdict"] == "together"
     summary = level_summary(rows, "rankme_centred", resamples=200)
     hard = summary["hard"]["precursor_rate"]
@@ -200,3 +202,39 @@ def test_spearman_guards_small_samples():
     assert spearman([1, 2], [3, 4])["rho"] is None
     assert spearman([1, 2, 3], [3, 2, 1])["rho"] == pytest.approx(-1)
     assert spearman([1, 2, 3, np.nan], [1, 2, 3, 4])["n"] == 3
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("precursor_min_lead", 1.5, "events.precursor_min_lead"),
+    ("precursor_min_lead", 1.0, "events.precursor_min_lead"),
+    ("min_depth", -0.1, "events.min_depth"),
+    ("min_checkpoints", -1, "events.min_checkpoints"),
+    ("measure", "rankme_raw", "events.measure"),
+    ("layer", "first", "events.layer"),
+])
+def test_bad_rule_parameters_name_the_key(repo_params, key, value, needle):
+    import copy
+
+    from stages.errors import PipelineError
+    from stages.events import settings
+    from stages.params import validate_params
+
+    params = copy.deepcopy(repo_params)
+    params["events"][key] = value
+    with pytest.raises(PipelineError, match=needle.replace(".", r"\.")) as exc:
+        validate_params(params)
+        settings(params)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("seeds", [[], [0, 0], [-1], "0"])
+def test_bad_seed_lists_name_the_key(repo_params, seeds):
+    import copy
+
+    from stages.config import seed_list
+    from stages.errors import PipelineError
+
+    params = copy.deepcopy(repo_params)
+    params["grid"]["seeds"] = seeds
+    with pytest.raises(PipelineError, match=r"grid\.seeds"):
+        seed_list(params)

@@ -7,7 +7,6 @@ import shutil
 import signal
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -234,3 +233,34 @@ def test_watch_exits_cleanly_on_sigint(lm, evals, tmp_path, capsys):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
     steps = [s for s, _ in iter_steps(out / "hidden" / "run-a.parquet")]  # the Parquet was committed
     assert steps and steps == sorted(pd.read_csv(measures)["step"].unique())
+
+
+def test_checkpoint_discovery_and_stability(tmp_path):
+    from stages.errors import PipelineError
+    from stages.monitor.checkpoints import Stability, discover
+
+    root = tmp_path / "r"
+    (root / "checkpoint-2").mkdir(parents=True)
+    (root / "step10").mkdir()
+    (root / "notes").mkdir()
+    assert [(c.step, c.trainer) for c in discover([root])] == [(2, True), (10, False)]
+    assert [c.step for c in discover([root / "step10"])] == [10]  # one checkpoint folder
+    assert discover([tmp_path / "not-yet"]) == []                 # a folder a job has not created yet
+    (root / "step2").mkdir()
+    with pytest.raises(PipelineError, match="two checkpoints of step 2"):
+        discover([root])
+    named = tmp_path / "final-model"
+    named.mkdir()
+    (named / "config.json").write_text("{}")
+    with pytest.raises(PipelineError, match="cannot tell its training step"):
+        discover([named])
+    (named / "trainer_state.json").write_text('{"global_step": 7}')
+    assert [c.step for c in discover([named])] == [7]
+
+    stability = Stability(settle=1.0)
+    ck = discover([named])[0]
+    assert not stability.stable(ck, now=0.0)
+    assert not stability.stable(ck, now=0.5)
+    assert stability.stable(ck, now=1.0)
+    (named / "model.safetensors").write_bytes(b"x")  # a new file: the clock starts again
+    assert not stability.stable(ck, now=1.5) and stability.stable(ck, now=2.5)
