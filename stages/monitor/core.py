@@ -177,7 +177,6 @@ class RankMeMonitor:
         self._collapse_key = None
         self._recovery_key = None
         self._acquired: int | None = None
-        self._dip = None
         self._pending = False
 
     # ---- feeding -------------------------------------------------------------------------------
@@ -299,7 +298,6 @@ class RankMeMonitor:
         base = {"measure": self.measure, "layer": self._chosen, "reported_at": int(step)}
         acq, status = acquisition(self._steps, self._acc, r.threshold, r.window)
         dip = find_dip(self._mstep, self._mval, r, until=acq) if self._mstep else None
-        self._dip = dip
         self._pending = False
         if dip is not None and dip.status == FOUND:
             after = len(self._mstep) - 1 - self._mstep.index(dip.floor_step)
