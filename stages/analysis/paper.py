@@ -6,7 +6,8 @@ Verdicts (``compare``):
 * ``reproduced``: the paper's value lies inside this run's 95% interval (for a lag: the whole
   interval of the median lead is below 0);
 * ``not reproduced``: it lies outside (for a lag: the interval is at or above 0);
-* ``inconclusive``: a lag whose interval straddles 0;
+* ``inconclusive``: the paper's value lies inside an interval too wide to tell (a rate whose
+  interval spans more than half of [0, 1]), or a lag whose interval straddles 0;
 * ``not measurable``: the grid has no runs for the claim (e.g. one model size for a cross-scale
   claim, no real Pythia checkpoints).
 
@@ -28,12 +29,17 @@ def _ci(rows: pd.DataFrame, statistic, resamples: int, seed: int) -> dict:
     return bootstrap.interval(rows.reset_index(drop=True), statistic, CELL, resamples, seed)
 
 
-def _inside(ci: dict, value: float) -> str:
+WIDE = 0.5  # a rate's interval wider than this cannot confirm a value
+
+
+def _inside(ci: dict, value: float, wide: float | None = WIDE) -> str:
     if ci["value"] is None:
         return "not measurable"
     low = ci["low"] if ci["low"] is not None else ci["value"]
     high = ci["high"] if ci["high"] is not None else ci["value"]
-    return "reproduced" if low - 1e-12 <= value <= high + 1e-12 else "not reproduced"
+    if not low - 1e-12 <= value <= high + 1e-12:
+        return "not reproduced"
+    return "inconclusive" if wide is not None and high - low > wide else "reproduced"
 
 
 def _fmt(ci: dict, percent: bool = False) -> str:
@@ -105,14 +111,16 @@ def compare(rows: pd.DataFrame, primary: str, cross: dict, pythia_sets: pd.DataF
     add("collapse is top-down", "28/32 (88%)", ci, _inside(ci, 28 / 32),
         "runs with two or more varying layers that collapse at different checkpoints; ties count as not top-down")
 
-    pairs = cross.get("pairs") or {}
+    pairs = {k: v for k, v in (cross.get("pairs") or {}).items() if v.get("cells")}
     if not pairs:
         empty = {"value": None, "low": None, "high": None, "n": 0}
         add("cross-scale ordering of floors and phase boundaries", "Spearman rho > 0.92", empty, "not measurable",
-            "needs two model sizes in grid.models", percent=False)
+            "needs two model sizes with task x level cells in common (grid.models)", percent=False)
         add("timing concordance within a difficulty class", "52% (easy) - 69% (hard); 26% on reversal", empty,
-            "not measurable", "needs two model sizes in grid.models")
+            "not measurable", "needs two model sizes with task x level cells in common (grid.models)")
     for name, pair in pairs.items():
+        if not pair.get("cells"):  # sizes with no task x level cell in common (e.g. a Pythia model and p405k)
+            continue
         for variable in ("floor_ratio", "recovery_step", "acquisition_step"):
             ci = pair["rho"][variable]
             verdict = "not measurable" if ci["value"] is None else (
