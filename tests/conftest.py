@@ -18,7 +18,7 @@ def tiny_params(base: dict) -> dict:
     p["grid"] = {"tasks": ["copy"], "levels": ["easy"], "models": ["p405k"], "seeds": [0]}
     p["datasets"].update(n_train=256, n_test=64)
     p["train"]["defaults"].update(steps=12, batch_size=64, n_checkpoints=6, eval_train_max=64, device="cpu")
-    p["train"]["tasks"] = {t: {} for t in p["train"]["tasks"]}
+    p["train"]["tasks"] = {t: {"all": {}, "easy": {}, "medium": {}, "hard": {}} for t in p["train"]["tasks"]}
     p["extract"].update(probe_size=48, device="cpu")
     p["measures"]["device"] = "cpu"
     p["events"]["bootstrap"]["resamples"] = 50

@@ -37,9 +37,13 @@ def make_copy(dest, repo_params) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes((ROOT / rel).read_bytes())
     params = small_landscape(pythia_params({**tiny_params(repo_params), "pythia": repo_params["pythia"]}))
-    params["grid"] = repo_params["grid"]
+    params["grid"] = {**repo_params["grid"], "seeds": [0, 1]}  # the default grid, two seeds: time
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    # a checkout has commits (DVCLive 3.x cannot start in a repository without one)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "copy"], cwd=dest, check=True)
 
 
 def env() -> dict:

@@ -31,8 +31,8 @@ from stages.errors import PipelineError
 
 STEP_NAME = re.compile(r"^(?:checkpoint-|step[-_]?)(\d+)$")
 TRAINER_STATE = "trainer_state.json"
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
-TRAINER_FILES = ("training_args", "optimizer", "scheduler", "rng_state", "scaler")  # the Trainer's own pickles
+UNSAFE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
+TRAINER_FILES = ("training_args", "optimizer", "scheduler", "rng_state", "scaler")  # the Trainer's own unsafe_files
 
 
 @dataclass(frozen=True)
@@ -123,11 +123,11 @@ def completeness(ck: Checkpoint) -> tuple[bool, str]:
         if missing:
             return False, f"shards missing: {', '.join(missing[:3])}"
     elif not any(path.glob("*.safetensors")):
-        pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES
+        unsafe_files = sorted(p.name for p in path.iterdir() if p.suffix in UNSAFE_WEIGHT_SUFFIXES
                          and not p.name.startswith(TRAINER_FILES))
-        if pickles and (not ck.trainer or (path / TRAINER_STATE).is_file()):
+        if unsafe_files and (not ck.trainer or (path / TRAINER_STATE).is_file()):
             raise PipelineError(f"checkpoint {ck.name}: no safetensors weights, only pickle weights "
-                                f"({', '.join(pickles)}); weights load only from safetensors (re-save with "
+                                f"({', '.join(unsafe_files)}); weights load only from safetensors (re-save with "
                                 "save_pretrained(..., safe_serialization=True))")
         return False, "no safetensors weights yet"
     if ck.trainer and path.name.startswith("checkpoint-") and not (path / TRAINER_STATE).is_file():
