@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from stages.config import load_params  # noqa: E402
+from stages.config import TASK_NAMES, load_typed_params  # noqa: E402
 from stages.generate import generate  # noqa: E402
 from stages.models import GPT, model_config  # noqa: E402
 from stages.monitor import RankMeMonitor, monitor_step  # noqa: E402
@@ -54,11 +54,11 @@ def bench(task: str, level: str, model_name: str, params: dict, probe_size: int,
     hp = resolve_train_params(params, task, level)
     torch.manual_seed(0)
     model = GPT(model_config(model_name, ds.vocab_size, prompt_len + ds.train_answer.shape[1] - 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=float(hp["lr"]), weight_decay=float(hp["weight_decay"]),
-                            betas=tuple(hp["betas"]))
+    opt = torch.optim.AdamW(model.parameters(), lr=float(hp.lr), weight_decay=float(hp.weight_decay),
+                            betas=tuple(hp.betas))
     train_seq = sequences(ds.train_prompt, ds.train_answer, "cpu")
     test_seq = sequences(ds.test_prompt, ds.test_answer, "cpu")
-    batch = train_seq[:int(hp["batch_size"])]
+    batch = train_seq[:int(hp.batch_size)]
     # the first answer position, as stage extract; a causal model's state there depends on the tokens
     # up to it only, so the probe is cut after it (the same states as the full sequence, less work)
     probe = test_seq[:probe_size, :-1] if full_sequence else test_seq[:probe_size, :prompt_len]
@@ -71,7 +71,7 @@ def bench(task: str, level: str, model_name: str, params: dict, probe_size: int,
         loss = answer_loss(model, batch, prompt_len)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), float(hp["grad_clip"]) or float("inf"))
+        torch.nn.utils.clip_grad_norm_(model.parameters(), float(hp.grad_clip) or float("inf"))
         opt.step()
 
     step = 0
@@ -94,7 +94,7 @@ def bench(task: str, level: str, model_name: str, params: dict, probe_size: int,
         times["rankme"].append(since(t))
     med = {k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v)) for k, v in times.items()}
     ratio = med["reading"][0] / med["train"][0]
-    steps = int(hp["steps"])
+    steps = int(hp.steps)
     return {"task": f"{task}-{level}", "params": model.num_params(), "seq_len": probe.shape[1],
             "probe": tuple(probe.shape), "batch": len(batch), "layers": len(states), "steps": steps,
             "train_s": med["train"], "reading_s": med["reading"], "forward_s": med["forward"],
@@ -115,9 +115,9 @@ def main() -> None:
                         help="run the probe's whole sequences, not just the tokens up to the probed position")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    params = load_params(args.params)
-    probe_size = args.probe_size or int(params["extract"]["probe_size"])
-    tasks = list(params["tasks"]) if args.tasks == "all" else args.tasks.split(",")
+    params = load_typed_params(args.params)
+    probe_size = args.probe_size or params.extract.probe_size
+    tasks = list(TASK_NAMES) if args.tasks == "all" else args.tasks.split(",")
     print(f"{args.model}, {torch.get_num_threads()} thread(s), probe {probe_size} examples, "
           f"medians of {args.repeats} alternating repeats (CPU seconds; wall in brackets)")
     print(f"{'run':<14} {'batch':>5} {'seq':>4} {'train step s':>17} {'reading s':>17} {'forward s':>9} "

@@ -22,11 +22,7 @@ TASK_NAMES = ("copy", "reverse", "compare", "parity", "add", "mod", "sort", "mul
 MODEL_NAMES = ("p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
 
 
-def load_params(path: str | os.PathLike | None = None) -> dict:
-    """params.yaml as a plain mapping, after the whole file has passed the schema of
-    :mod:`stages.params` (unknown keys, types, ranges; the one-line error names the YAML path)."""
-    from stages.params import validate_params  # here, not at the top: stages.params imports this module
-
+def _read_params(path: str | os.PathLike | None) -> tuple[dict, Path]:
     path = Path(path or PARAMS_FILE)
     if not path.is_file():
         raise PipelineError(f"missing params file: {path}")
@@ -36,15 +32,26 @@ def load_params(path: str | os.PathLike | None = None) -> dict:
         raise PipelineError(f"corrupt params file: {path} ({exc})") from None
     if not isinstance(data, dict):
         raise PipelineError(f"params file {path} must hold a mapping")
+    return data, path
+
+
+def load_params(path: str | os.PathLike | None = None) -> dict:
+    """params.yaml as a plain mapping, after the whole file has passed the schema of
+    :mod:`stages.params` (unknown keys, types, ranges; the one-line error names the YAML path)."""
+    from stages.params import validate_params  # here, not at the top: stages.params imports this module
+
+    data, path = _read_params(path)
     validate_params(data, source=str(path))
     return data
 
 
 def load_typed_params(path: str | os.PathLike | None = None) -> "Params":  # noqa: F821 (stages.params.Params)
-    """params.yaml as a validated :class:`stages.params.Params`."""
+    """params.yaml as a validated :class:`stages.params.Params` (read and validated once): what every
+    stage's ``main`` passes down."""
     from stages.params import validate_params
 
-    return validate_params(load_params(path), source=str(Path(path or PARAMS_FILE)))
+    data, path = _read_params(path)
+    return validate_params(data, source=str(path))
 
 
 def get(params: dict, dotted: str, default: Any = ...) -> Any:

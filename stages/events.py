@@ -31,20 +31,23 @@ from stages import paths
 from stages.analysis.cross_scale import cross_scale, cross_scale_table
 from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
-from stages.analysis.pythia_events import acquisition_threshold, set_events
+from stages.analysis.pythia_events import HALFWAY, set_events
 from stages.analysis.paper import compare, markdown, summary_metrics
 from stages.analysis.plot_tables import run_plot_table
-from stages.analysis.runs import GEOMETRY, run_events
+from stages.analysis.runs import run_events
 from stages.analysis.trajectories import trajectory
 from stages.analysis.summary import level_summary, resolution_sensitivity, seed_agreement, threshold_sensitivity
 from stages.cli import stage_arguments
-from stages.config import fraction, get, grid_settings, load_params, positive_int, run_id, seed_list
+from stages.config import load_typed_params, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.measures import read_landscape, read_measures
 from stages.io.atomic import output_set, write_text
 from stages.io.tables import read_csv, write_csv, write_json
 from stages.pythia.paths import accuracy_file
-from stages.pythia.settings import grid_runs as pythia_runs  # Pythia runs: task "pythia", level "lm"
+from stages.params import Events as EventsParams
+from stages.params import Params
+from stages.pythia.settings import LEVEL as PYTHIA_LEVEL
+from stages.pythia.settings import TASK as PYTHIA_TASK
 from stages.runtime import set_threads
 
 EVENTS_DIR = paths.DATA / "events"
@@ -62,54 +65,28 @@ class Settings:
     resolutions: tuple[int, ...]
 
 
-def settings(params: dict) -> Settings:
-    """Validated ``events`` section; every error names its key."""
-    k = "events"
-    layer = get(params, f"{k}.layer")
-    if layer not in ("last", "mean") and (not isinstance(layer, int) or isinstance(layer, bool) or layer < 0):
-        raise PipelineError(f"'{k}.layer' must be 'last', 'mean' or a layer number, got {layer!r}")
-    measure = get(params, f"{k}.measure")
-    if measure not in GEOMETRY:
-        raise PipelineError(f"'{k}.measure' must be one of {', '.join(GEOMETRY)}, got {measure!r}")
-    rules = Rules(
-        min_depth=fraction(get(params, f"{k}.min_depth"), f"{k}.min_depth"),
-        recovery_fraction=fraction(get(params, f"{k}.recovery_fraction"), f"{k}.recovery_fraction"),
-        threshold=fraction(get(params, f"{k}.acquisition_threshold"), f"{k}.acquisition_threshold"),
-        window=positive_int(get(params, f"{k}.acquisition_window"), f"{k}.acquisition_window"),
-        min_lead=fraction(get(params, f"{k}.precursor_min_lead"), f"{k}.precursor_min_lead"),
-        min_checkpoints=positive_int(get(params, f"{k}.min_checkpoints"), f"{k}.min_checkpoints", allow_zero=True))
-    if rules.min_lead >= 1:
-        raise PipelineError(f"'{k}.precursor_min_lead' must be below 1, got {rules.min_lead!r}")
-    thresholds = get(params, f"{k}.sensitivity.min_lead")
-    resolutions = get(params, f"{k}.sensitivity.n_checkpoints")
-    if not isinstance(thresholds, list) or not thresholds:
-        raise PipelineError(f"'{k}.sensitivity.min_lead' must be a non-empty list of shares in [0, 1)")
-    if not isinstance(resolutions, list) or not resolutions:
-        raise PipelineError(f"'{k}.sensitivity.n_checkpoints' must be a non-empty list of counts (0 = all)")
-    for t in thresholds:
-        if fraction(t, f"{k}.sensitivity.min_lead") >= 1:
-            raise PipelineError(f"'{k}.sensitivity.min_lead' entries must be below 1, got {t!r}")
-    for n in resolutions:
-        if positive_int(n, f"{k}.sensitivity.n_checkpoints", allow_zero=True) == 1:
-            raise PipelineError(f"'{k}.sensitivity.n_checkpoints' entries must be 0 or at least 2, got 1")
-    return Settings(rules=rules, measure=measure, layer=layer,
-                    resamples=positive_int(get(params, f"{k}.bootstrap.resamples"), f"{k}.bootstrap.resamples",
-                                           allow_zero=True),
-                    bootstrap_seed=positive_int(get(params, f"{k}.bootstrap.seed"), f"{k}.bootstrap.seed",
-                                                allow_zero=True),
-                    thresholds=tuple(float(t) for t in thresholds), resolutions=tuple(int(n) for n in resolutions))
+def settings(cfg: EventsParams) -> Settings:
+    """The ``events`` section (checked by the schema: every error names its key) as :class:`Settings`."""
+    rules = Rules(min_depth=cfg.min_depth, recovery_fraction=cfg.recovery_fraction, threshold=cfg.acquisition_threshold,
+                  window=cfg.acquisition_window, min_lead=cfg.precursor_min_lead, min_checkpoints=cfg.min_checkpoints)
+    return Settings(rules=rules, measure=cfg.measure, layer=cfg.layer, resamples=cfg.bootstrap.resamples,
+                    bootstrap_seed=cfg.bootstrap.seed, thresholds=tuple(cfg.sensitivity.min_lead),
+                    resolutions=tuple(cfg.sensitivity.n_checkpoints))
 
 
-def grid_runs(params: dict) -> list[tuple[str, str, str, int | None]]:
-    """(task, level, model, seed) of every run; Pythia runs have no seed."""
-    small = list(itertools.product(*grid_settings(params)))
-    return small + [(*r, None) for r in pythia_runs(params)]
+def grid_runs(params: Params) -> list[tuple[str, str, str, int | None]]:
+    """(task, level, model, seed) of every run; Pythia runs (task "pythia", level "lm", model = size) have no
+    seed, and there are none when params.yaml has no ``pythia`` section."""
+    grid = params.grid
+    small = list(itertools.product(grid.tasks, grid.levels, grid.models, grid.seeds))
+    pythia = [] if params.pythia is None else [(PYTHIA_TASK, PYTHIA_LEVEL, m, None) for m in params.pythia.models]
+    return small + pythia
 
 
-def events(params: dict) -> dict:
-    s = settings(params)
-    land_p = landscape_event_params(params)
-    pythia_threshold = acquisition_threshold(get(params, "pythia.acquisition", "halfway"), "pythia.acquisition")
+def events(params: Params) -> dict:
+    s = settings(params.events)
+    land_p = landscape_event_params(params.landscape_events)
+    pythia_threshold = HALFWAY if params.pythia is None else params.pythia.acquisition
     run_rows, layer_rows, frames, steps, idents, set_rows, plot_tables = [], [], {}, {}, [], [], {}
     for task, level, model, seed in grid_runs(params):
         rid = run_id(task, level, model, seed)
@@ -185,13 +162,13 @@ def _plain(value):
 @main_guard
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv)
-    params = load_params(args.params)
+    params = load_typed_params(args.params)
     set_threads(params)
     from stages.analysis.figures import trajectories_figure
 
     with output_set():  # every output or none
         result = events(params)
-        shown = [run_id(*r) for r in grid_runs(params) if r[3] in (None, min(seed_list(params)))]
+        shown = [run_id(*r) for r in grid_runs(params) if r[3] in (None, min(params.grid.seeds))]
         trajectories_figure(shown, paths.PLOTS / "figures" / "trajectories.png", result["marks"])
     for c in result["cells"].itertuples():
         print(f"{c.task}-{c.level}-{c.model}: {c.verdict} ({c.verdicts}; {c.precursor_seeds}/{c.decided} seeds)")

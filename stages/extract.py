@@ -15,12 +15,13 @@ from tqdm import tqdm
 
 from stages import paths
 from stages.cli import stage_arguments
-from stages.config import choose, get, load_params, positive_int, run_id
+from stages.config import load_typed_params, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.atomic import atomic_path
 from stages.io.checkpoints import load_model, read_manifest
 from stages.io.datasets import load_split
 from stages.io.hidden import schema, step_table
+from stages.params import Extract
 from stages.runtime import set_threads
 from stages.training.device import resolve_device
 from stages.training.loop import sequences
@@ -42,17 +43,15 @@ def hidden_at(model, seq: torch.Tensor, positions: list[int], batch_size: int,
     return torch.cat(chunks, dim=1).numpy()
 
 
-def extract(task: str, level: str, model_name: str, seed: int, params: dict, progress: bool = True) -> str:
+def extract(task: str, level: str, model_name: str, seed: int, cfg: Extract, progress: bool = True) -> str:
+    """Hidden states of run ``<task>-<level>-<model>-s<seed>`` with the ``extract`` settings ``cfg``."""
     rid = run_id(task, level, model_name, seed)
-    cfg = get(params, "extract")
-    probe_size = positive_int(get(params, "extract.probe_size"), "extract.probe_size")
-    batch_size = positive_int(get(params, "extract.batch_size"), "extract.batch_size")
-    which = choose(get(params, "extract.positions"), POSITIONS, "extract.positions")
-    device = resolve_device(cfg.get("device", "auto"), "extract.device")
+    probe_size, batch_size, which = cfg.probe_size, cfg.batch_size, cfg.positions
+    device = resolve_device(cfg.device, "extract.device")
 
     ckpt_dir = paths.checkpoint_dir(rid)
     manifest = read_manifest(ckpt_dir)
-    precision = resolve_precision(cfg.get("precision", "auto"), device, manifest.get("n_params", 0),
+    precision = resolve_precision(cfg.precision, device, manifest.get("n_params", 0),
                                   "extract.precision")
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "test")
     if probe_size > len(prompt):
@@ -81,9 +80,9 @@ def extract(task: str, level: str, model_name: str, seed: int, params: dict, pro
 @main_guard
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
-    params = load_params(args.params)
+    params = load_typed_params(args.params)
     set_threads(params)
-    print(extract(args.task, args.level, args.model, args.seed, params))
+    print(extract(args.task, args.level, args.model, args.seed, params.extract))
 
 
 if __name__ == "__main__":

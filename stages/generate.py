@@ -8,31 +8,28 @@ from __future__ import annotations
 
 from stages import paths
 from stages.cli import stage_arguments
-from stages.config import get, grid_settings, load_params, positive_int
+from stages.config import load_typed_params
 from stages.errors import PipelineError, main_guard
 from stages.io.datasets import write_dataset
+from stages.params import Params
 from stages.tasks import LEVELS, build_dataset, get_task
 from stages.tasks.dataset import Dataset
 
 
-def generate(task: str, level: str, params: dict) -> Dataset:
+def generate(task: str, level: str, params: Params) -> Dataset:
+    """The dataset of ``task`` at ``level``: ``tasks.<task>.<level>`` knobs (as written in params.yaml),
+    ``datasets`` seed and sizes (the schema has checked all of them)."""
     get_task(task)
     if level not in LEVELS:
         raise PipelineError(f"unknown level '{level}' (choose from: {', '.join(LEVELS)})")
-    grid_settings(params)
-    knobs = get(params, f"tasks.{task}.{level}")
-    seed = get(params, "datasets.seed")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise PipelineError(f"'datasets.seed' must be an integer, got {seed!r}")
-    n_train = positive_int(get(params, "datasets.n_train"), "datasets.n_train")
-    n_test = positive_int(get(params, "datasets.n_test"), "datasets.n_test")
-    return build_dataset(task, level, knobs, seed, n_train, n_test)
+    ds = params.datasets
+    return build_dataset(task, level, params.tasks.knobs(task, level), ds.seed, ds.n_train, ds.n_test)
 
 
 @main_guard
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "task", "level")
-    ds = generate(args.task, args.level, load_params(args.params))
+    ds = generate(args.task, args.level, load_typed_params(args.params))
     out = paths.dataset_dir(args.task, args.level)
     write_dataset(ds, out)
     print(f"{out}: {len(ds.train_prompt)} train, {len(ds.test_prompt)} test, vocab {ds.vocab_size}")

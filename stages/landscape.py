@@ -32,6 +32,10 @@ checkpoint index, first and last kept, so the early log-spaced checkpoints stay 
 """
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import torch
@@ -41,7 +45,7 @@ from stages import paths
 from stages.analysis.events import acquisition
 from stages.analysis.runs import layer_series, varying_layers
 from stages.cli import stage_arguments
-from stages.config import choose, fraction, get, load_params, positive_float, positive_int, run_id
+from stages.config import load_typed_params, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.checkpoints import load_model, read_manifest
 from stages.io.datasets import load_split
@@ -54,6 +58,7 @@ from stages.measures.grad_rank import effective_rank_cap, gradient_effective_ran
 from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
+from stages.params import Params
 from stages.runtime import set_threads
 from stages.training.device import resolve_device
 from stages.training.loop import answer_loss, sequences
@@ -63,50 +68,78 @@ PLOT_COLUMNS = ("grad_erank", "gradcov_rank", "hessian_top1", "llc")
 MIN_RECORDED_DRAWS = 8  # draws after burn-in the stationarity check needs (two halves of >= 4)
 
 
-def landscape_params(params: dict) -> dict:
-    """Validated ``landscape`` section (plus the ``events`` acquisition rule it reads); every
-    error names its key."""
-    k = "landscape"
-    measures = get(params, f"{k}.measures")
-    if not isinstance(measures, list) or not measures:
-        raise PipelineError(f"'{k}.measures' must be a non-empty list (choose from: {', '.join(MEASURES)})")
-    for m in measures:
-        choose(m, MEASURES, f"{k}.measures entry")
-    nbeta = get(params, f"{k}.llc.nbeta")
-    p = {
-        "measures": list(measures),
-        "device": resolve_device(get(params, f"{k}.device"), f"{k}.device"),
-        "threads": positive_int(get(params, f"{k}.threads"), f"{k}.threads", allow_zero=True),
-        "max_checkpoints": positive_int(get(params, f"{k}.max_checkpoints"), f"{k}.max_checkpoints", allow_zero=True),
-        "after_acquisition": positive_int(get(params, f"{k}.after_acquisition"), f"{k}.after_acquisition",
-                                          allow_zero=True),
-        "acquisition_threshold": fraction(get(params, "events.acquisition_threshold"), "events.acquisition_threshold"),
-        "acquisition_window": positive_int(get(params, "events.acquisition_window"), "events.acquisition_window"),
-        "seed": positive_int(get(params, f"{k}.seed"), f"{k}.seed", allow_zero=True),
-        "grad_samples": positive_int(get(params, f"{k}.grad.samples"), f"{k}.grad.samples"),
-        "grad_chunk": positive_int(get(params, f"{k}.grad.chunk"), f"{k}.grad.chunk"),
-        "sketch_dim": positive_int(get(params, f"{k}.grad.sketch_dim"), f"{k}.grad.sketch_dim", allow_zero=True),
-        "cov_rtol": fraction(get(params, f"{k}.grad.cov_rtol"), f"{k}.grad.cov_rtol"),
-        "hessian_samples": positive_int(get(params, f"{k}.hessian.samples"), f"{k}.hessian.samples"),
-        "hessian_k": positive_int(get(params, f"{k}.hessian.k"), f"{k}.hessian.k"),
-        "hessian_tol": positive_float(get(params, f"{k}.hessian.tol"), f"{k}.hessian.tol", allow_zero=True),
-        "hessian_maxiter": positive_int(get(params, f"{k}.hessian.maxiter"), f"{k}.hessian.maxiter"),
-        "hessian_repeats": positive_int(get(params, f"{k}.hessian.repeats"), f"{k}.hessian.repeats"),
-        "llc_samples": positive_int(get(params, f"{k}.llc.samples"), f"{k}.llc.samples"),
-        "llc_batch": positive_int(get(params, f"{k}.llc.batch_size"), f"{k}.llc.batch_size"),
-        "llc_chains": positive_int(get(params, f"{k}.llc.chains"), f"{k}.llc.chains"),
-        "llc_draws": positive_int(get(params, f"{k}.llc.draws"), f"{k}.llc.draws"),
-        "llc_burn_in": positive_int(get(params, f"{k}.llc.burn_in"), f"{k}.llc.burn_in", allow_zero=True),
-        "llc_lr": positive_float(get(params, f"{k}.llc.lr"), f"{k}.llc.lr"),
-        "llc_gamma": positive_float(get(params, f"{k}.llc.gamma"), f"{k}.llc.gamma", allow_zero=True),
-        "llc_nbeta": None if nbeta == "auto" else positive_float(nbeta, f"{k}.llc.nbeta"),
-        "llc_max_drift": positive_float(get(params, f"{k}.llc.max_drift"), f"{k}.llc.max_drift"),
-    }
-    if p["llc_draws"] - p["llc_burn_in"] < MIN_RECORDED_DRAWS:
-        raise PipelineError(f"'{k}.llc.draws' ({p['llc_draws']}) must exceed '{k}.llc.burn_in' ({p['llc_burn_in']}) "
+@dataclass(frozen=True)
+class LandscapeSettings:
+    """One run's ``landscape`` settings (plus the ``events`` acquisition rule it reads), flattened for the
+    measures: the schema has checked each key; :func:`landscape_params` adds the cross-key rules."""
+
+    measures: tuple[str, ...]
+    device: torch.device
+    threads: int
+    workers: int
+    max_checkpoints: int
+    after_acquisition: int
+    acquisition_threshold: float
+    acquisition_window: int
+    seed: int
+    grad_samples: int
+    grad_chunk: int
+    sketch_dim: int
+    cov_rtol: float
+    hessian_samples: int
+    hessian_k: int
+    hessian_tol: float
+    hessian_maxiter: int
+    hessian_repeats: int
+    llc_samples: int
+    llc_batch: int
+    llc_chains: int
+    llc_draws: int
+    llc_burn_in: int
+    llc_lr: float
+    llc_gamma: float
+    llc_nbeta: float | None  # None: auto
+    llc_max_drift: float
+
+
+def landscape_params(params: Params) -> LandscapeSettings:
+    """The ``landscape`` section (plus the ``events`` acquisition rule) as :class:`LandscapeSettings`,
+    after the rules that span keys; every error names its key."""
+    k, land = "landscape", params.landscape
+    p = LandscapeSettings(
+        measures=tuple(land.measures),
+        device=resolve_device(land.device, f"{k}.device"),
+        threads=land.threads,
+        workers=land.workers,
+        max_checkpoints=land.max_checkpoints,
+        after_acquisition=land.after_acquisition,
+        acquisition_threshold=params.events.acquisition_threshold,
+        acquisition_window=params.events.acquisition_window,
+        seed=land.seed,
+        grad_samples=land.grad.samples,
+        grad_chunk=land.grad.chunk,
+        sketch_dim=land.grad.sketch_dim,
+        cov_rtol=land.grad.cov_rtol,
+        hessian_samples=land.hessian.samples,
+        hessian_k=land.hessian.k,
+        hessian_tol=land.hessian.tol,
+        hessian_maxiter=land.hessian.maxiter,
+        hessian_repeats=land.hessian.repeats,
+        llc_samples=land.llc.samples,
+        llc_batch=land.llc.batch_size,
+        llc_chains=land.llc.chains,
+        llc_draws=land.llc.draws,
+        llc_burn_in=land.llc.burn_in,
+        llc_lr=land.llc.lr,
+        llc_gamma=land.llc.gamma,
+        llc_nbeta=None if land.llc.nbeta == "auto" else land.llc.nbeta,
+        llc_max_drift=land.llc.max_drift,
+    )
+    if p.llc_draws - p.llc_burn_in < MIN_RECORDED_DRAWS:
+        raise PipelineError(f"'{k}.llc.draws' ({p.llc_draws}) must exceed '{k}.llc.burn_in' ({p.llc_burn_in}) "
                             f"by at least {MIN_RECORDED_DRAWS} (the stationarity check compares two halves of the "
                             "recorded draws)")
-    if "gradcov_rank" in p["measures"] and p["grad_samples"] < 2:
+    if "gradcov_rank" in p.measures and p.grad_samples < 2:
         raise PipelineError(f"'{k}.grad.samples' must be at least 2 for gradcov_rank")
     return p
 
@@ -139,67 +172,103 @@ def choose_steps(steps, accuracy: dict[int, float], max_checkpoints: int, after_
     return thin(span, max_checkpoints), acq
 
 
-def measure_checkpoint(model, data: dict, prompt_len: int, p: dict) -> dict:
+def measure_checkpoint(model, data: dict, prompt_len: int, p: LandscapeSettings) -> dict:
     """All requested measures at one checkpoint; ``data`` holds the seeded sample tensors."""
     row: dict = {}
     loss = lambda m, rows: answer_loss(m, rows, prompt_len)  # noqa: E731
-    if {"grad_erank", "gradcov_rank"} & set(p["measures"]):
-        grads = per_example_gradients(model, data["grad"], prompt_len, chunk=p["grad_chunk"],
-                                      sketch_dim=p["sketch_dim"], seed=p["seed"])
+    if {"grad_erank", "gradcov_rank"} & set(p.measures):
+        grads = per_example_gradients(model, data["grad"], prompt_len, chunk=p.grad_chunk,
+                                      sketch_dim=p.sketch_dim, seed=p.seed)
         n = grads.shape[0]
-        if "grad_erank" in p["measures"]:
+        if "grad_erank" in p.measures:
             row["grad_erank"] = gradient_effective_rank(gram=gram_matrix(grads))
             row["grad_erank_cap"] = effective_rank_cap(n, grads.shape[1])
-        if "gradcov_rank" in p["measures"]:
-            rank = gradient_covariance_rank(rtol=p["cov_rtol"], centred_gram=gram_matrix(grads, centre=True))
+        if "gradcov_rank" in p.measures:
+            rank = gradient_covariance_rank(rtol=p.cov_rtol, centred_gram=gram_matrix(grads, centre=True))
             cap = covariance_rank_cap(n)
             row.update(gradcov_rank=rank, gradcov_cap=cap, gradcov_saturated=bool(rank >= cap))
-    if "hessian" in p["measures"]:
+    if "hessian" in p.measures:
         vals, spread = hessian_top_eigenvalues_repeated(
-            model, lambda m: loss(m, data["hessian"]), k=p["hessian_k"], tol=p["hessian_tol"],
-            maxiter=p["hessian_maxiter"], seed=p["seed"], repeats=p["hessian_repeats"])
+            model, lambda m: loss(m, data["hessian"]), k=p.hessian_k, tol=p.hessian_tol,
+            maxiter=p.hessian_maxiter, seed=p.seed, repeats=p.hessian_repeats)
         row.update({f"hessian_top{i + 1}": float(v) for i, v in enumerate(vals)})
         row["hessian_top1_spread"] = spread
-        floor = p["hessian_tol"] * abs(float(vals[0]))
+        floor = p.hessian_tol * abs(float(vals[0]))
         row["hessian_top1_noise"] = float(np.nanmax([spread, floor])) if np.isfinite(vals[0]) else float("nan")
-    if "llc" in p["measures"]:
-        res = estimate_llc(model, loss, data["llc"], lr=p["llc_lr"], gamma=p["llc_gamma"], nbeta=p["llc_nbeta"],
-                           chains=p["llc_chains"], draws=p["llc_draws"], burn_in=p["llc_burn_in"],
-                           batch_size=p["llc_batch"], seed=p["seed"], max_drift=p["llc_max_drift"])
+    if "llc" in p.measures:
+        res = estimate_llc(model, loss, data["llc"], lr=p.llc_lr, gamma=p.llc_gamma, nbeta=p.llc_nbeta,
+                           chains=p.llc_chains, draws=p.llc_draws, burn_in=p.llc_burn_in,
+                           batch_size=p.llc_batch, seed=p.seed, max_drift=p.llc_max_drift)
         row.update(llc=res.llc, llc_std=res.llc_std, llc_chain_min=res.chain_min, llc_chain_max=res.chain_max,
                    **{f"llc_chain{c}": v for c, v in enumerate(res.per_chain)},
                    llc_drift=res.drift, llc_stationary=res.stationary, init_loss=res.init_loss)
     return row
 
 
-def landscape(task: str, level: str, model_name: str, seed: int, params: dict, progress: bool = True) -> pd.DataFrame:
+def landscape(task: str, level: str, model_name: str, seed: int, p: LandscapeSettings,
+              progress: bool = True) -> pd.DataFrame:
+    """The landscape measures of run ``<task>-<level>-<model>-s<seed>`` (settings: :func:`landscape_params`)."""
     rid = run_id(task, level, model_name, seed)
-    p = landscape_params(params)
-    if p["threads"]:
-        torch.set_num_threads(p["threads"])
-    device = p["device"]
+    if p.threads:
+        torch.set_num_threads(p.threads)
+    device = p.device
     ckpt_dir = paths.checkpoint_dir(rid)
     manifest = read_manifest(ckpt_dir)
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "train")
-    order = np.random.default_rng(p["seed"]).permutation(len(prompt))
+    order = np.random.default_rng(p.seed).permutation(len(prompt))
     seq = sequences(prompt[order], answer[order], device)
-    if p["hessian_k"] >= manifest.get("n_params", np.inf):
-        raise PipelineError(f"'landscape.hessian.k' ({p['hessian_k']}) must be below the model's parameter count")
-    data = {"grad": seq[:p["grad_samples"]], "hessian": seq[:p["hessian_samples"]], "llc": seq[:p["llc_samples"]]}
+    if p.hessian_k >= manifest.get("n_params", np.inf):
+        raise PipelineError(f"'landscape.hessian.k' ({p.hessian_k}) must be below the model's parameter count")
+    data = {"grad": seq[:p.grad_samples], "hessian": seq[:p.hessian_samples], "llc": seq[:p.llc_samples]}
     acc = accuracy_by_step(rid)
-    steps, _acq = choose_steps(manifest["steps"], acc, p["max_checkpoints"], p["after_acquisition"],
-                               p["acquisition_threshold"], p["acquisition_window"])
+    steps, _acq = choose_steps(manifest["steps"], acc, p.max_checkpoints, p.after_acquisition,
+                               p.acquisition_threshold, p.acquisition_window)
 
+    jobs = [(ckpt_dir, int(step), manifest, data, meta["prompt_len"], p) for step in steps]
+    workers = min(p.workers, len(jobs)) if device.type == "cpu" else 1
     rows = []
-    bar = tqdm(steps, desc=f"landscape {rid}", disable=not progress, mininterval=2)
-    for step in bar:
-        model = load_model(ckpt_dir, step, manifest, device)
-        row = {"run": rid, "step": int(step), "test_acc": acc.get(int(step), np.nan),
-               "n_params": manifest.get("n_params")}
-        row.update(measure_checkpoint(model, data, meta["prompt_len"], p))
-        rows.append(row)
-        bar.set_postfix({k: f"{row[k]:.3g}" for k in PLOT_COLUMNS if k in row})
+    bar = tqdm(total=len(jobs), desc=f"landscape {rid}", disable=not progress, mininterval=2)
+    with _pool(workers, p.threads) as pool:
+        for row in (pool.map(_measure_step, jobs) if pool else map(_measure_step, jobs)):
+            rows.append({"run": rid, "step": row["step"], "test_acc": acc.get(row["step"], np.nan),
+                         "n_params": manifest.get("n_params"), **row})
+            bar.update(1)
+            bar.set_postfix({k: f"{row[k]:.3g}" for k in PLOT_COLUMNS if k in row})
+    bar.close()
     return pd.DataFrame(rows)
+
+
+def _measure_step(job) -> dict:
+    """One checkpoint's measures (``step`` first): the unit of work of :func:`landscape`. Every
+    sample and chain is seeded by ``landscape.seed`` alone, so a checkpoint's row is the same
+    whichever process measures it and in whatever order."""
+    ckpt_dir, step, manifest, data, prompt_len, p = job
+    model = load_model(ckpt_dir, step, manifest, p.device)
+    return {"step": step, **measure_checkpoint(model, data, prompt_len, p)}
+
+
+def _worker_threads(threads: int) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+
+
+class _pool:
+    """``landscape.workers`` spawned processes (each on ``landscape.threads`` torch threads), or
+    ``None`` for one worker: checkpoints are then measured here, one after the other."""
+
+    def __init__(self, workers: int, threads: int):
+        self.workers, self.threads, self.executor = workers, threads, None
+
+    def __enter__(self):
+        if self.workers > 1:  # spawn: a forked child would inherit torch's OpenMP pool in a broken state
+            self.executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_worker_threads, initargs=(self.threads,))
+        return self.executor
+
+    def __exit__(self, *exc):
+        if self.executor is not None:
+            self.executor.shutdown(cancel_futures=True)
+        return False
 
 
 def rankme_at(measures: pd.DataFrame, steps) -> pd.DataFrame:
@@ -235,9 +304,9 @@ def plot_table(frame: pd.DataFrame, rankme: pd.DataFrame | None = None) -> pd.Da
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
     rid = run_id(args.task, args.level, args.model, args.seed)
-    params = load_params(args.params)
+    params = load_typed_params(args.params)
     set_threads(params)  # a non-zero landscape.threads overrides it inside landscape()
-    frame = landscape(args.task, args.level, args.model, args.seed, params)
+    frame = landscape(args.task, args.level, args.model, args.seed, landscape_params(params))
     rankme = rankme_at(read_measures(paths.measures_file(rid)), frame["step"])
     with output_set():  # both tables or neither
         write_csv(frame, paths.landscape_file(rid))

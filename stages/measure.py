@@ -18,7 +18,7 @@ from tqdm import tqdm
 from stages import paths
 from stages.analysis.trajectories import trajectory
 from stages.cli import stage_arguments
-from stages.config import fraction, get, load_params, positive_float, positive_int, run_id
+from stages.config import load_typed_params, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.hidden import hidden_manifest, iter_steps
 from stages.io.history import accuracy_by_step
@@ -26,19 +26,16 @@ from stages.io.atomic import output_set
 from stages.io.tables import write_csv
 from stages.measures.probes import probe_accuracy, split_mask
 from stages.measures.rankme import geometry
+from stages.params import Measures
 from stages.runtime import set_threads
 from stages.training.device import resolve_device
 
 
-def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
-    """One row per (checkpoint, layer) of run ``rid``."""
-    train_fraction = fraction(get(params, "measures.probe.train_fraction"), "measures.probe.train_fraction")
-    probe_c = positive_float(get(params, "measures.probe.C"), "measures.probe.C")
-    probe_iter = positive_int(get(params, "measures.probe.max_iter"), "measures.probe.max_iter")
-    device = resolve_device(get(params, "measures.device", "auto"), "measures.device")
-    chunk = get(params, "measures.rankme_chunk", None)  # matrices per SVD call; default from a memory budget
-    if chunk is not None:
-        chunk = positive_int(chunk, "measures.rankme_chunk")
+def measure(rid: str, cfg: Measures, progress: bool = True) -> pd.DataFrame:
+    """One row per (checkpoint, layer) of run ``rid``, with the ``measures`` settings ``cfg``."""
+    train_fraction, probe_c, probe_iter = cfg.probe.train_fraction, cfg.probe.C, cfg.probe.max_iter
+    device = resolve_device(cfg.device, "measures.device")
+    chunk = cfg.rankme_chunk  # matrices per SVD call; None: default from a memory budget
     acc = accuracy_by_step(rid)
 
     hidden = paths.hidden_file(rid)
@@ -67,9 +64,9 @@ def measure(rid: str, params: dict, progress: bool = True) -> pd.DataFrame:
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
     rid = run_id(args.task, args.level, args.model, args.seed)
-    params = load_params(args.params)
+    params = load_typed_params(args.params)
     set_threads(params)
-    frame = measure(rid, params)
+    frame = measure(rid, params.measures)
     with output_set():  # both tables or neither
         write_csv(frame, paths.measures_file(rid))
         write_csv(trajectory(frame), paths.trajectory_file(rid))

@@ -405,6 +405,13 @@ class TrainSettings(Section):
     eval_train_max: PosInt = 4096
     precision: Precision = "auto"
 
+    def record(self) -> dict:
+        """The keys params.yaml set (defaults it left out stay out), JSON-ready: what a run's manifest records."""
+        out = self.model_dump(exclude_unset=True)
+        if "betas" in out:
+            out["betas"] = list(out["betas"])
+        return out
+
 
 class Overrides(Section):
     """Overrides of ``train.defaults``: any of its keys, all optional."""
@@ -462,8 +469,11 @@ class Train(Section):
     tasks: TrainTasks = TrainTasks()
 
     def resolve(self, task: str, level: str) -> TrainSettings:
-        """One run's settings: defaults, then ``train.tasks.<task>.all``, then ``train.tasks.<task>.<level>``."""
-        merged = self.defaults.model_dump()
+        """One run's settings: defaults, then ``train.tasks.<task>.all``, then ``train.tasks.<task>.<level>``.
+
+        Keys params.yaml leaves out stay unset in the result (their defaults apply), so
+        ``resolve(...).model_dump(exclude_unset=True)`` holds exactly the keys written in those blocks."""
+        merged = self.defaults.model_dump(exclude_unset=True)
         over = self.tasks.entry(task)
         for part in ("all", level):
             block = None if over is None else over.entry(part)
@@ -717,6 +727,7 @@ class Landscape(Section):
     measures: Annotated[list[str], _list(_one_of(LANDSCAPE_MEASURES), "landscape measures")]
     device: Device
     threads: NonNegInt  # 0 = torch's default
+    workers: PosInt = 1  # processes measuring checkpoints in parallel (CPU); results do not depend on it
     max_checkpoints: NonNegInt  # 0 = no cap
     after_acquisition: NonNegInt
     seed: NonNegInt

@@ -43,6 +43,7 @@ from stages.pythia import evalsets, hub, scoring
 from stages.pythia.grammar import GENERATORS
 from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
 from stages.pythia.settings import pythia_run_id
+from stages.params import validate_params
 from stages.runtime import set_threads
 from stages.training.device import resolve_device
 
@@ -155,8 +156,8 @@ def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.Da
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "model")
     rid = pythia_run_id(args.model)
-    params = load_params(args.params)
-    set_threads(params)
+    params = load_params(args.params)  # still a mapping below main: this stage is not on typed params yet
+    set_threads(validate_params(params))  # already valid: only builds the typed view set_threads reads
     with output_set():  # the hidden states and the three tables, or none of them
         frame, acc = measure(args.model, params)
         write_csv(acc, accuracy_file(rid))

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import torch
 
-from stages.config import get, positive_int
+from stages.params import Params
 
 
-def set_threads(params: dict) -> int:
-    """Set torch's intra-op CPU threads to ``runtime.threads`` (a positive integer) and return it.
+def set_threads(params: Params) -> int:
+    """Set torch's intra-op CPU threads to ``runtime.threads`` (a positive integer: the schema checks it)
+    and return it.
 
     Called first thing in each stage's ``main``; a stage-specific setting applied later (such as
     ``landscape.threads`` when non-zero) overrides it.
     """
-    threads = positive_int(get(params, "runtime.threads"), "runtime.threads")
+    threads = params.runtime.threads
     torch.set_num_threads(threads)
     return threads

@@ -26,6 +26,7 @@ from stages.io.atomic import atomic_path
 from stages.pythia import local_hub, suite
 from stages.pythia.hub import revision_step
 from stages.pythia.settings import revisions_of, train_settings
+from stages.params import validate_params
 from stages.runtime import set_threads
 from stages.training.live import curve_log
 
@@ -99,8 +100,8 @@ def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool =
 @main_guard
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv)
-    params = load_params(args.params)
-    set_threads(params)
+    params = load_params(args.params)  # still a mapping below main: this stage is not on typed params yet
+    set_threads(validate_params(params))  # already valid: only builds the typed view set_threads reads
     cache_dir = get(params, f"{KEY}.cache_dir")
     train = get(params, f"{KEY}.train")
     if not isinstance(train, dict) or not train:

@@ -18,6 +18,7 @@ from stages.io.hidden import schema, step_table
 from stages.io.history import accuracy_by_step
 from stages.io.measures import read_landscape, read_measures
 from stages.io.tables import read_csv, write_csv
+from stages.params import validate_params
 from stages.pythia import evalsets, hub
 from stages.train import resolve_train_params
 
@@ -249,7 +250,7 @@ def test_probe_size_larger_than_the_test_split(workdir):
     n_test = pq.read_metadata(paths.dataset_dir("copy", "easy") / "test.parquet").num_rows
     params = set_params(workdir, lambda p: p["extract"].update(probe_size=n_test + 1))
     with pytest.raises(PipelineError) as exc:
-        extract.extract("copy", "easy", "p405k", 0, params, progress=False)
+        extract.extract("copy", "easy", "p405k", 0, validate_params(params).extract, progress=False)
     assert one_line(exc) == (f"'extract.probe_size' = {n_test + 1} exceeds the {n_test} test examples of "
                              "data/datasets/copy-easy/test.parquet")
     assert not paths.hidden_file(RUN).exists()
@@ -272,46 +273,47 @@ def train_params(repo_params, **defaults) -> dict:
 
 
 def test_eval_train_max_is_a_cap_but_must_be_a_positive_integer(repo_params):
-    hp = resolve_train_params(train_params(repo_params, eval_train_max=10**9), "copy", "easy")
-    assert hp["eval_train_max"] == 10**9
+    hp = resolve_train_params(validate_params(train_params(repo_params, eval_train_max=10**9)), "copy", "easy")
+    assert hp.eval_train_max == 10**9
     for bad in (-1, 0, 2.5, "all", True):
         with pytest.raises(PipelineError) as exc:
-            resolve_train_params(train_params(repo_params, eval_train_max=bad), "copy", "easy")
-        assert "train (run copy-easy).eval_train_max' must be a positive integer" in one_line(exc)
+            validate_params(train_params(repo_params, eval_train_max=bad))
+        assert "'train.defaults.eval_train_max' must be a positive integer" in one_line(exc)
 
 
 @pytest.mark.parametrize("betas", [[0.9], [0.9, 0.98, 0.999], [0.9, 1.0], [-0.1, 0.9], ["0.9", 0.98], [True, 0.9],
                                    "0.9,0.98", 0.9, None])
 def test_bad_betas(repo_params, betas):
     with pytest.raises(PipelineError) as exc:
-        resolve_train_params(train_params(repo_params, betas=betas), "copy", "easy")
-    assert "'train (run copy-easy).betas' must be a list of two numbers in [0, 1)" in one_line(exc)
+        validate_params(train_params(repo_params, betas=betas))
+    assert "'train.defaults.betas' must be a list of two numbers in [0, 1)" in one_line(exc)
 
 
 def test_good_betas(repo_params):
-    assert resolve_train_params(train_params(repo_params, betas=[0, 0.999]), "copy", "easy")["betas"] == [0, 0.999]
+    hp = resolve_train_params(validate_params(train_params(repo_params, betas=[0, 0.999])), "copy", "easy")
+    assert hp.betas == (0, 0.999) and hp.record()["betas"] == [0, 0.999]
 
 
 def test_train_overrides_must_be_mappings(repo_params):
     params = train_params(repo_params)
     params["train"]["tasks"]["copy"] = [150]
     with pytest.raises(PipelineError) as exc:
-        resolve_train_params(params, "copy", "easy")
-    assert one_line(exc).startswith("'train.tasks.copy' must be a mapping")
+        validate_params(params)
+    assert one_line(exc).startswith("params.yaml: 'train.tasks.copy' must be a mapping")
     params["train"]["tasks"]["copy"] = {"all": {"steps": 20}, "easy": 7}
     with pytest.raises(PipelineError, match="'train.tasks.copy.easy' must be a mapping"):
-        resolve_train_params(params, "copy", "easy")
+        validate_params(params)
     params["train"]["tasks"]["copy"] = {"all": [20]}
     with pytest.raises(PipelineError, match="'train.tasks.copy.all' must be a mapping"):
-        resolve_train_params(params, "copy", "easy")
+        validate_params(params)
     params["train"]["tasks"]["copy"] = {"all": {"steps": 20}, "easy": {"steps": 30}}
-    assert resolve_train_params(params, "copy", "easy")["steps"] == 30
-    assert resolve_train_params(params, "copy", "hard")["steps"] == 20
+    assert resolve_train_params(validate_params(params), "copy", "easy").steps == 30
+    assert resolve_train_params(validate_params(params), "copy", "hard").steps == 20
     params["train"]["tasks"]["copy"] = None  # an empty override is fine
-    assert resolve_train_params(params, "copy", "easy")["steps"] == 12
+    assert resolve_train_params(validate_params(params), "copy", "easy").steps == 12
     params["train"]["defaults"] = [1]
     with pytest.raises(PipelineError, match="'train.defaults' must be a mapping"):
-        resolve_train_params(params, "copy", "easy")
+        validate_params(params)
 
 
 def test_bad_betas_stop_the_train_stage(workdir, capsys):
@@ -501,11 +503,12 @@ def test_unknown_grid_entries_stop_the_stages(workdir, repo_params, capsys, stag
 
     params = tiny_params(repo_params)
     params["grid"][key] = value
-    with pytest.raises(PipelineError) as exc:  # the stage's own check (whatever load_params checks)
+    with pytest.raises(PipelineError) as exc:  # the schema the stages' params pass (load_typed_params)
+        typed = validate_params(params)
         if stage == "generate":
-            generate.generate("copy", "easy", params)
+            generate.generate("copy", "easy", typed)
         else:
-            train.run("copy", "easy", "p405k", 0, params, progress=False)
+            train.run("copy", "easy", "p405k", 0, typed, progress=False)
     assert f"unknown entry {value[-1]!r} in 'grid.{key}'" in one_line(exc)
 
     set_params(workdir, lambda p: p["grid"].update({key: value}))

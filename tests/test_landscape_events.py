@@ -9,6 +9,7 @@ import pytest
 from stages.analysis.events import Rules
 from stages.analysis.landscape_events import jitter, landscape_event_params, rise, run_measures
 from stages.errors import PipelineError
+from stages.params import validate_params
 from stages.landscape import choose_steps, thin
 
 RULES = Rules(min_depth=0.2, recovery_fraction=0.5, threshold=0.5, window=3, min_lead=0.5, min_checkpoints=3)
@@ -111,19 +112,20 @@ def test_rise_keeps_the_scale_rule():
 
 
 def test_bad_landscape_event_params_name_the_key(repo_params):
+    """The schema checks ``landscape_events`` (errors name the key); landscape_event_params flattens it."""
     params = copy.deepcopy(repo_params)
-    assert landscape_event_params(params)["noise_factor"] == 2.0
+    assert landscape_event_params(validate_params(params).landscape_events)["noise_factor"] == 2.0
     params["landscape_events"]["directions"]["llc"] = "up"
     with pytest.raises(PipelineError, match="landscape_events.directions.llc"):
-        landscape_event_params(params)
+        validate_params(params)
     params = copy.deepcopy(repo_params)
     params["landscape_events"]["noise_factor"] = -1
     with pytest.raises(PipelineError, match="'landscape_events.noise_factor'"):
-        landscape_event_params(params)
+        validate_params(params)
     params = copy.deepcopy(repo_params)
     del params["landscape_events"]["erank_saturation"]
     with pytest.raises(PipelineError, match="landscape_events.erank_saturation"):
-        landscape_event_params(params)
+        validate_params(params)
 
 
 # --- adaptive checkpoint choice (stages.landscape.choose_steps) -------------------------------------

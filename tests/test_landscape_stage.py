@@ -11,9 +11,10 @@ import yaml
 from stages import extract, generate, landscape, measure, train
 from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
-from stages.config import load_params
+from stages.config import load_params, load_typed_params
 from stages.errors import PipelineError
 from stages.landscape import landscape_params
+from stages.params import validate_params
 
 RUN = ["--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"]
 RID = "copy-easy-p405k-s0"  # tiny training: checkpoints 0, 2, 4, 6, 9, 12
@@ -88,14 +89,17 @@ def test_stage_writes_deterministic_landscape(tiny_run):
     drawn = plot[plot["measure"] == "rankme_centred"].set_index("step")["value"]
     np.testing.assert_allclose(drawn.to_numpy(), last.loc[drawn.index].to_numpy())
     assert plot["scaled"].between(0, 1).all()
-    landscape.main(RUN)  # seeded: a rerun reproduces every number
-    second = pd.read_csv(tiny_run / f"data/landscape/{RID}.csv")
-    pd.testing.assert_frame_equal(first, second)
+    written = (tiny_run / f"data/landscape/{RID}.csv").read_bytes()
+    assert load_params()["landscape"]["workers"] == 2  # the first run measured its checkpoints in 2 processes
+    params = load_params()
+    params["landscape"]["workers"] = 1
+    (tiny_run / "params.yaml").write_text(yaml.safe_dump(params))
+    landscape.main(RUN)  # seeded per checkpoint: one process in order reproduces every byte
+    assert (tiny_run / f"data/landscape/{RID}.csv").read_bytes() == written
 
     # the events of the written table: every measure reported, no acquisition -> no verdict
-    params = load_params()
-    out = run_measures(first, landscape_event_params(params)["directions"], None, Rules(),
-                       landscape_event_params(params))
+    p = landscape_event_params(load_typed_params().landscape_events)
+    out = run_measures(first, p["directions"], None, Rules(), p)
     assert set(out) == {"grad_erank", "gradcov_rank", "hessian_top1", "llc"}
     assert all(v["precursor"] is None for v in out.values())
 
@@ -116,7 +120,7 @@ def test_stage_measures_up_to_acquisition_and_a_margin(tiny_run):
     ("landscape.hessian.repeats", 0, "'landscape.hessian.repeats'"),
     ("landscape.grad.cov_rtol", 2, "'landscape.grad.cov_rtol'"),
     ("landscape.after_acquisition", -1, "'landscape.after_acquisition'"),
-    ("landscape.measures", ["llc", "curvature"], "landscape.measures entry 'curvature'"),
+    ("landscape.measures", ["llc", "curvature"], "unknown entry 'curvature' in 'landscape.measures'"),
     ("landscape.device", "tpu", "landscape.device"),
     ("landscape.llc.burn_in", 50, "'landscape.llc.draws' (32) must exceed 'landscape.llc.burn_in' (50) by at least 8"),
     ("events.acquisition_window", 0, "'events.acquisition_window'"),
@@ -129,7 +133,7 @@ def test_bad_landscape_params_name_the_key(repo_params, key, value, message):
         node = node[part]
     node[leaf] = value
     with pytest.raises(PipelineError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        landscape_params(params)
+        landscape_params(validate_params(params))  # the schema names the key; landscape_params the cross-key rules
 
 
 def test_stage_errors_are_one_line(workdir, capsys):

@@ -7,6 +7,7 @@ from stages.errors import PipelineError
 from stages.extract import hidden_at
 from stages.measures.rankme import rankme, rankme_batched
 from stages.models import GPT, model_config
+from stages.params import validate_params
 from stages.train import resolve_train_params
 from stages.training import loop
 from stages.training.loop import TrainConfig, train
@@ -16,21 +17,20 @@ CPU = torch.device("cpu")
 
 
 def test_fp32_is_the_cpu_default(repo_params):
-    hp = resolve_train_params(repo_params, "mod", "hard")
+    hp = resolve_train_params(validate_params(repo_params), "mod", "hard")
     assert TrainConfig(steps=1, lr=1e-3, weight_decay=0.0, batch_size=1).precision == "fp32"
     for n_params in (4e5, AUTO_BF16_MIN_PARAMS, 151e6):
-        assert resolve_precision(hp.get("precision", "auto"), CPU, int(n_params)) == "fp32"
+        assert resolve_precision(hp.precision, CPU, int(n_params)) == "fp32"
         assert resolve_precision(repo_params["extract"].get("precision", "auto"), CPU, int(n_params)) == "fp32"
 
 
-def test_explicit_choices_and_bad_name():
+def test_explicit_choices_and_bad_name(repo_params):
     assert resolve_precision("bf16", CPU, 1000) == "bf16"
     assert resolve_precision("fp32", CPU, 10**9) == "fp32"
     with pytest.raises(PipelineError, match="unknown train.defaults.precision 'fp16'"):
         resolve_precision("fp16", CPU, 1000, "train.defaults.precision")
-    with pytest.raises(PipelineError, match="precision 'half'"):
-        resolve_train_params({"train": {"defaults": {**_defaults(), "precision": "half"}, "tasks": {}}}, "copy",
-                             "easy")
+    with pytest.raises(PipelineError, match="unknown train.defaults.precision 'half'"):
+        validate_params({**repo_params, "train": {"defaults": {**_defaults(), "precision": "half"}, "tasks": {}}})
 
 
 def _defaults():

@@ -137,3 +137,27 @@ def test_split_mask_takes_first_fraction_of_samples():
     mask = split_mask(samples, 0.5)
     assert mask.tolist() == (samples < 5).tolist()
     assert split_mask(samples, 1.0).all()
+
+
+def test_fit_runs_on_one_blas_thread_and_restores_the_limit(monkeypatch):
+    """Small probe matrices are 12x slower on two OpenBLAS threads next to torch's OpenMP pool
+    (benchmarks/machine_limits.py): the fit must see one BLAS thread, and the caller's setting comes back."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    seen = []
+    real_fit = Pipeline.fit
+
+    def recording_fit(self, *args, **kwargs):
+        seen.append(blas_threads())
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "fit", recording_fit)
+    x, y = separable(n_per_class=30, k=4, d=8)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        assert probe_accuracy(x, y, first_half(len(y))) == 1.0
+        assert blas_threads() == before
+    assert seen == [{probes.BLAS_THREADS}] and probes.BLAS_THREADS == 1

@@ -3,6 +3,7 @@ import pytest
 import yaml
 
 from stages.analysis.runs import run_events
+from stages.config import load_typed_params
 from stages import events, fetch_pythia, paths, pythia_evals, pythia_measure, train_suite
 from stages.io.hidden import hidden_manifest, iter_steps
 from stages.pythia import evalsets
@@ -55,9 +56,9 @@ def test_pipeline_writes_small_model_formats(pythia_workdir):
     assert steps[0][1][1].vectors.shape == (7 * 4, 16)  # 7 sets with a context x probe_per_set
     assert hidden_manifest(paths.hidden_file(rid))["repo_id"] == "local/pythia-tiny"
 
-    params = yaml.safe_load(open("params.yaml"))
+    params = load_typed_params("params.yaml")
     assert ("pythia", "lm", "tiny", None) in events.grid_runs(params)
-    rows, layers = run_events(frame, events.settings(params).rules)
+    rows, layers = run_events(frame, events.settings(params.events).rules)
     assert {r["measure"] for r in rows} == {"rankme", "rankme_centred"} and rows[0]["total_steps"] == 4
     assert {"rankme_centred", "mean_dominance", "varies"} <= set(frame.columns)
 

@@ -11,6 +11,7 @@ import yaml
 
 from stages import generate, paths, train
 from stages.io.checkpoints import listed_steps, step_file
+from stages.params import validate_params
 from stages.training import loop
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def params(workdir):
     p = yaml.safe_load((workdir / "params.yaml").read_text())
     p["train"]["defaults"]["dropout"] = 0.1
     generate.main(["--task", TASK, "--level", LEVEL])
-    return p
+    return validate_params(p)
 
 
 def partial_dir() -> Path:

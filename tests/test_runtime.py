@@ -8,6 +8,7 @@ import torch
 import yaml
 
 from stages.errors import PipelineError
+from stages.params import validate_params
 from stages.runtime import set_threads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,17 +22,24 @@ def keep_threads():
     torch.set_num_threads(before)
 
 
-def test_set_threads(keep_threads):
-    assert set_threads({"runtime": {"threads": 3}}) == 3 and torch.get_num_threads() == 3
-    assert set_threads({"runtime": {"threads": 1}}) == 1 and torch.get_num_threads() == 1
+def with_runtime(repo_params, runtime):
+    params = {**repo_params, "runtime": runtime}
+    if runtime is ...:
+        del params["runtime"]
+    return validate_params(params)
 
 
-@pytest.mark.parametrize("params", [{}, {"runtime": {}}, {"runtime": {"threads": 0}}, {"runtime": {"threads": -2}},
-                                    {"runtime": {"threads": "2"}}, {"runtime": {"threads": 1.5}},
-                                    {"runtime": {"threads": True}}, {"runtime": {"threads": None}}])
-def test_bad_threads_are_named(keep_threads, params):
-    with pytest.raises(PipelineError, match="runtime.threads"):
-        set_threads(params)
+def test_set_threads(keep_threads, repo_params):
+    assert set_threads(with_runtime(repo_params, {"threads": 3})) == 3 and torch.get_num_threads() == 3
+    assert set_threads(with_runtime(repo_params, {"threads": 1})) == 1 and torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("runtime", [..., {}, {"threads": 0}, {"threads": -2}, {"threads": "2"}, {"threads": 1.5},
+                                     {"threads": True}, {"threads": None}])
+def test_bad_threads_are_named(keep_threads, repo_params, runtime):
+    """The schema checks ``runtime.threads`` when a stage loads params.yaml, before set_threads runs."""
+    with pytest.raises(PipelineError, match="runtime.threads|'runtime'"):
+        with_runtime(repo_params, runtime)
 
 
 def test_params_yaml_sets_it(repo_params):
@@ -54,7 +62,8 @@ def test_every_stage_main_sets_threads_before_its_work(module):
     # nothing but argument parsing, the run id and reading params.yaml comes before it
     for stmt in body[:calls[0]]:
         called = {getattr(n.func, "id", getattr(n.func, "attr", None)) for n in ast.walk(stmt) if isinstance(n, ast.Call)}
-        assert called <= {"stage_arguments", "run_id", "pythia_run_id", "load_params"}, (module, called)
+        allowed = {"stage_arguments", "run_id", "pythia_run_id", "load_params", "load_typed_params"}
+        assert called <= allowed, (module, called)
 
 
 @pytest.mark.parametrize("stage", STAGES)

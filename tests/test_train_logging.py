@@ -10,6 +10,7 @@ import yaml
 
 from stages import generate, paths, train, train_suite
 from stages.errors import PipelineError
+from stages.params import validate_params
 from stages.tasks import LEVELS
 from stages.train import resolve_train_params
 from stages.training.live import TRAIN_METRICS, curve_log, history_logger
@@ -30,40 +31,46 @@ def read_tsv(path):
 def with_tasks(repo_params, tasks):
     p = copy.deepcopy(repo_params)
     p["train"]["tasks"] = tasks
-    return p
+    return validate_params(p)
 
 
 def test_all_then_own_level(repo_params):
     p = with_tasks(repo_params, {"mod": {"all": {"steps": 500, "lr": 2e-3}, "hard": {"steps": 900}, "easy": {}}})
-    assert resolve_train_params(p, "mod", "hard")["steps"] == 900
-    assert resolve_train_params(p, "mod", "hard")["lr"] == 2e-3
-    assert resolve_train_params(p, "mod", "easy")["steps"] == 500
-    assert resolve_train_params(p, "mod", "medium")["steps"] == 500  # a missing level block: no overrides
-    assert resolve_train_params(p, "copy", "easy")["steps"] == repo_params["train"]["defaults"]["steps"]
+    assert resolve_train_params(p, "mod", "hard").steps == 900
+    assert resolve_train_params(p, "mod", "hard").lr == 2e-3
+    assert resolve_train_params(p, "mod", "easy").steps == 500
+    assert resolve_train_params(p, "mod", "medium").steps == 500  # a missing level block: no overrides
+    assert resolve_train_params(p, "copy", "easy").steps == repo_params["train"]["defaults"]["steps"]
+    # the record a run's manifest keeps: the merged keys as written, nothing added
+    assert resolve_train_params(p, "mod", "hard").record() == {**repo_params["train"]["defaults"], "steps": 900,
+                                                               "lr": 2e-3}
 
 
 @pytest.mark.parametrize("tasks,needle", [
-    ({"mod": {"steps": 5}}, "'train.tasks.mod.steps': task-wide settings go under 'train.tasks.mod.all'"),
-    ({"mod": {"extreme": {}}}, "unknown key 'extreme' under 'train.tasks.mod' (choose from: all, easy, medium, hard)"),
+    ({"mod": {"steps": 5}}, "'train.tasks.mod.steps' is not a known key (task-wide settings go under 'all', "
+                            "per-level ones under 'easy', 'medium' or 'hard')"),
+    ({"mod": {"extreme": {}}}, "'train.tasks.mod.extreme' is not a known key (known: all, easy, hard, medium)"),
     ({"mod": [1]}, "'train.tasks.mod' must be a mapping"),
-    ({"mod": {"all": 3}}, "'train.tasks.mod.all' must be a mapping of train settings"),
-    ({"mod": {"hard": {"colour": 1}}}, "unknown key 'colour' in train.tasks.mod.hard"),
-    ({"mod": {"all": {"colour": 1}}}, "unknown key 'colour' in train.tasks.mod.all"),
-    ({"mod": {"hard": {"steps": 0}}}, "'train (run mod-hard).steps' must be a positive integer"),
+    ({"mod": {"all": 3}}, "'train.tasks.mod.all' must be a mapping"),
+    ({"mod": {"hard": {"colour": 1}}}, "'train.tasks.mod.hard.colour' is not a known key"),
+    ({"mod": {"all": {"colour": 1}}}, "'train.tasks.mod.all.colour' is not a known key"),
+    ({"mod": {"hard": {"steps": 0}}}, "'train.tasks.mod.hard.steps' must be a positive integer"),
 ])
 def test_bad_task_blocks_are_named(repo_params, tasks, needle):
+    """The schema checks every override block before any run's settings are merged."""
     with pytest.raises(PipelineError) as err:
-        resolve_train_params(with_tasks(repo_params, tasks), "mod", "hard")
+        with_tasks(repo_params, tasks)
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
 def test_params_yaml_has_every_tracked_block(repo_params):
     """dvc.yaml's train stage tracks train.tasks.<task>.all and train.tasks.<task>.<level>: DVC needs both
     to exist for every task and level, and nothing else may sit beside them."""
+    typed = validate_params(repo_params)
     for task, blocks in repo_params["train"]["tasks"].items():
         assert set(blocks) == {"all", *LEVELS}, task
         for level in LEVELS:
-            resolve_train_params(repo_params, task, level)
+            resolve_train_params(typed, task, level)
 
 
 def test_dvc_yaml_tracks_only_the_runs_own_level():

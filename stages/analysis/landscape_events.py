@@ -150,20 +150,8 @@ def run_measures(frame: pd.DataFrame, directions: dict[str, str], acquisition: i
     return out
 
 
-def landscape_event_params(params: dict) -> dict:
-    """Validated ``landscape_events`` section; every error names its key."""
-    from stages.config import fraction, get, positive_float
-    from stages.errors import PipelineError
-
-    k = "landscape_events"
-    directions = get(params, f"{k}.directions")
-    if not isinstance(directions, dict) or not directions:
-        raise PipelineError(f"'{k}.directions' must map measure names to dip or rise")
-    for measure, direction in directions.items():
-        if direction not in DIRECTIONS:
-            raise PipelineError(f"'{k}.directions.{measure}' must be dip or rise, got {direction!r}")
-    return {"directions": dict(directions),
-            "rise_fraction": fraction(get(params, f"{k}.rise_fraction"), f"{k}.rise_fraction"),
-            "min_rise": fraction(get(params, f"{k}.min_rise"), f"{k}.min_rise"),
-            "noise_factor": positive_float(get(params, f"{k}.noise_factor"), f"{k}.noise_factor", allow_zero=True),
-            "erank_saturation": fraction(get(params, f"{k}.erank_saturation"), f"{k}.erank_saturation")}
+def landscape_event_params(cfg: "LandscapeEvents") -> dict:  # noqa: F821 (stages.params.LandscapeEvents)
+    """The ``landscape_events`` section (checked by the schema: every error names its key) as the flat
+    mapping :func:`run_measures` takes."""
+    return {"directions": dict(cfg.directions), "rise_fraction": cfg.rise_fraction, "min_rise": cfg.min_rise,
+            "noise_factor": cfg.noise_factor, "erank_saturation": cfg.erank_saturation}

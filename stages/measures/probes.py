@@ -11,11 +11,17 @@ import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
+from threadpoolctl import threadpool_limits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
 TOL = 1e-4  # lbfgs stops when the largest gradient entry of the (row-averaged) objective is below this
+# BLAS threads of one fit. The probe's matrices are small (a few hundred rows x the hidden width):
+# a multi-threaded OpenBLAS spends more time handing work between threads than computing, and next
+# to torch's OpenMP threads a fit took 12x longer with 2 threads than with 1 (benchmarks/machine_limits.py).
+# One thread also makes the fit independent of the machine's thread settings.
+BLAS_THREADS = 1
 
 
 def make_probe(n_train: int, C: float = 10.0, max_iter: int = 50) -> Pipeline:
@@ -74,7 +80,7 @@ def probe_accuracy(x: np.ndarray, y: np.ndarray, train_mask: np.ndarray, C: floa
     if len(classes) == 1:  # logistic regression needs two classes; the only sensible guess is the one seen
         return float((yte == classes[0]).mean())
     probe = make_probe(len(xtr), C, max_iter)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), threadpool_limits(limits=BLAS_THREADS, user_api="blas"):
         warnings.simplefilter("ignore", ConvergenceWarning)
         probe.fit(xtr, ytr)
     return float((probe.predict(xte) == yte).mean())

@@ -64,7 +64,7 @@ import torch
 from stages.analysis.events import Rules
 from stages.analysis.runs import run_events
 from stages.analysis.trajectories import trajectory
-from stages.config import get, load_params, name_argument
+from stages.config import get, load_params, load_typed_params, name_argument
 from stages.errors import PipelineError, main_guard
 from stages.io.hidden import schema, step_table
 from stages.io.tables import write_csv
@@ -445,12 +445,9 @@ def event_rules(path: Path | None) -> Rules:
         path = Path("params.yaml")
         if not path.is_file():
             return Rules()
-    params = load_params(path)
-    if "events" not in params:
-        return Rules()
     from stages.events import settings
 
-    return settings(params).rules
+    return settings(load_typed_params(path).events).rules
 
 
 def run_name(args) -> str:

@@ -43,9 +43,11 @@ def corpus_stream(tokenizer, seed: int, weights: dict | None = None):
     """An endless deterministic stream of token ids: correct grammar texts, each after an EOS."""
     rng = random.Random(f"corpus:{seed}")
     eos = tokenizer.eos_token_id
-    while True:
-        yield eos
-        yield from tokenizer(grammar.sentence(rng, weights), add_special_tokens=False)["input_ids"]
+    while True:  # texts are drawn in order and tokenised in batches (one call per 256, not per text)
+        texts = [grammar.sentence(rng, weights) for _ in range(256)]
+        for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+            yield eos
+            yield from ids
 
 
 def batches(tokenizer, seed: int, batch_size: int, seq_len: int, weights: dict | None = None):
