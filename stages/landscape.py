@@ -59,7 +59,7 @@ from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
 from stages.params import Params
-from stages.runtime import set_threads
+from stages.runtime import pin_threads, set_threads
 from stages.training.device import resolve_device
 from stages.training.loop import answer_loss, sequences
 
@@ -210,7 +210,7 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: LandscapeSet
     """The landscape measures of run ``<task>-<level>-<model>-s<seed>`` (settings: :func:`landscape_params`)."""
     rid = run_id(task, level, model_name, seed)
     if p.threads:
-        torch.set_num_threads(p.threads)
+        pin_threads(p.threads)
     device = p.device
     ckpt_dir = paths.checkpoint_dir(rid)
     manifest = read_manifest(ckpt_dir)
@@ -249,7 +249,7 @@ def _measure_step(job) -> dict:
 
 def _worker_threads(threads: int) -> None:
     if threads:
-        torch.set_num_threads(threads)
+        pin_threads(threads)
 
 
 class _pool:

@@ -609,7 +609,7 @@ def _mixture(value: Any) -> dict[str, float]:
 
 class SuiteModel(Section):
     """``pythia.profiles.<profile>.train.<model>``: one model of the locally trained suite
-    (stages/pythia/settings.py train_settings, stages/train_suite.py): AdamW, linear warm-up, then a
+    (:meth:`Pythia.suite_model`, stages/train_suite.py): AdamW, linear warm-up, then a
     cosine from lr to min_lr_ratio x lr, gradient norm clipped at grad_clip (0 = none)."""
 
     hidden_size: PosInt
@@ -651,6 +651,14 @@ class Profile(Section):
                 raise _bad("is not a usable model name (letters, digits, '.', '_' or '-')", at=f"train.{name}") from None
         return self
 
+    def repo_id(self, model: str) -> str:
+        """The hub repository of ``model``: ``repo`` with ``{model}`` filled in."""
+        return self.repo.format(model=model)
+
+    def steps(self) -> list[int]:
+        """The training step of every revision, in order (``stepN`` -> N; the schema checked the form)."""
+        return [int(_STEP.fullmatch(r).group(1)) for r in self.revisions]
+
 
 class Pythia(Section):
     profile: str
@@ -679,7 +687,20 @@ class Pythia(Section):
         return self
 
     def active(self) -> Profile:
+        """The profile ``pythia.profile`` names (the schema checked that it exists)."""
         return self.profiles[self.profile]
+
+    def suite_model(self, model: str, profile: str = "local") -> SuiteModel:
+        """The training settings of ``model`` in the locally trained suite ``pythia.profiles.<profile>.train``;
+        a profile or model without them is a one-line error naming the key."""
+        key = f"pythia.profiles.{profile}"
+        if profile not in self.profiles:
+            raise PipelineError(f"missing key '{key}' (no '{profile}' under 'pythia.profiles')")
+        train = self.profiles[profile].train or {}
+        if model not in train:
+            raise PipelineError(f"model '{model}' has no training settings under '{key}.train'"
+                                + (f" (the local suite trains: {', '.join(train)})" if train else ""))
+        return train[model]
 
 
 # landscape ---------------------------------------------------------------------------------

@@ -7,22 +7,25 @@ from __future__ import annotations
 
 
 from stages.cli import stage_arguments
-from stages.config import get, load_params, positive_int
-from stages.errors import main_guard
+from stages.config import load_typed_params
+from stages.errors import PipelineError, main_guard
+from stages.params import Evals
 from stages.pythia import evalsets
 from stages.pythia.paths import EVALS_FILE
 
 
-def build(params: dict):
-    n = positive_int(get(params, "pythia.evals.n_per_set"), "pythia.evals.n_per_set")
-    seed = positive_int(get(params, "pythia.evals.seed"), "pythia.evals.seed", allow_zero=True)
-    return evalsets.generate(n, seed)
+def build(cfg: Evals):
+    """The evaluation sets of ``pythia.evals`` (``cfg``)."""
+    return evalsets.generate(cfg.n_per_set, cfg.seed)
 
 
 @main_guard
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv)
-    frame = build(load_params(args.params))
+    params = load_typed_params(args.params)
+    if params.pythia is None:
+        raise PipelineError("missing key 'pythia.evals.n_per_set' (no 'pythia' under 'params')")
+    frame = build(params.pythia.evals)
     evalsets.write(frame, EVALS_FILE)
     print(f"{EVALS_FILE}: {len(frame)} items in {frame['eval_set'].nunique()} sets")
 

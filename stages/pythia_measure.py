@@ -32,7 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from stages import paths
 from stages.analysis.trajectories import trajectory
 from stages.cli import stage_arguments
-from stages.config import fraction, get, load_params, positive_float, positive_int
+from stages.config import load_typed_params
 from stages.errors import PipelineError, main_guard
 from stages.io.atomic import atomic_path, output_set
 from stages.io.hidden import schema, step_table
@@ -42,8 +42,8 @@ from stages.measures.rankme import geometry
 from stages.pythia import evalsets, hub, scoring
 from stages.pythia.grammar import GENERATORS
 from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
-from stages.pythia.settings import pythia_run_id
-from stages.params import validate_params
+from stages.pythia.settings import pythia_run_id, section
+from stages.params import Probe, Pythia
 from stages.runtime import set_threads
 from stages.training.device import resolve_device
 
@@ -89,19 +89,17 @@ def load(manifest: dict, entry: dict, device):
     return model, tokenizer
 
 
-def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def measure(model_name: str, cfg: Pythia, probe_cfg: Probe,
+            progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Measures and accuracies of every revision of ``model_name``, with the ``pythia`` settings ``cfg``
+    and the linear probe's ``measures.probe`` settings ``probe_cfg``."""
     rid = pythia_run_id(model_name)
-    which = get(params, "pythia.test_acc")
-    if which != "mean" and which not in GENERATORS:
+    which = cfg.test_acc
+    if which != "mean" and which not in GENERATORS:  # the schema's list of sets is a copy of GENERATORS
         raise PipelineError(f"unknown pythia.test_acc '{which}' (choose from: mean, {', '.join(GENERATORS)})")
-    per_set = positive_int(get(params, "pythia.probe_per_set"), "pythia.probe_per_set")
-    batch_size = positive_int(get(params, "pythia.batch_size"), "pythia.batch_size")
-    device = resolve_device(get(params, "pythia.device", "auto"), "pythia.device")
-    train_fraction = fraction(get(params, "measures.probe.train_fraction"), "measures.probe.train_fraction")
-    probe_c = positive_float(get(params, "measures.probe.C"), "measures.probe.C")
-    probe_iter = positive_int(get(params, "measures.probe.max_iter"), "measures.probe.max_iter")
-    if device.type == "cpu":
-        torch.set_num_threads(1)  # small models on a shared CPU: threads only contend
+    per_set, batch_size = cfg.probe_per_set, cfg.batch_size
+    device = resolve_device(cfg.device, "pythia.device")
+    train_fraction, probe_c, probe_iter = probe_cfg.train_fraction, probe_cfg.C, probe_cfg.max_iter
 
     manifest = hub.read_manifest(manifest_file(model_name))
     items = evalsets.read(EVALS_FILE)
@@ -156,10 +154,11 @@ def measure(model_name: str, params: dict, progress: bool = True) -> tuple[pd.Da
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv, "model")
     rid = pythia_run_id(args.model)
-    params = load_params(args.params)  # still a mapping below main: this stage is not on typed params yet
-    set_threads(validate_params(params))  # already valid: only builds the typed view set_threads reads
+    params = load_typed_params(args.params)
+    set_threads(params)
+    cfg = section(params, "pythia.test_acc")
     with output_set():  # the hidden states and the three tables, or none of them
-        frame, acc = measure(args.model, params)
+        frame, acc = measure(args.model, cfg, params.measures.probe)
         write_csv(acc, accuracy_file(rid))
         write_csv(frame, paths.measures_file(rid))
         write_csv(trajectory(frame), paths.trajectory_file(rid))

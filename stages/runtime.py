@@ -1,12 +1,15 @@
 """Process-wide runtime settings shared by every stage: ``params.yaml: runtime``.
 
-``runtime.threads`` is the number of torch CPU threads. Floating-point reductions split work by
-thread, so results are bit-identical only between runs with the same value; it is a tracked
-param of every stage that computes with torch.
+``runtime.threads`` is the number of torch CPU threads, and of the BLAS threads numpy and scipy
+use (OpenBLAS would otherwise start one per core: ARPACK's dot products and norms in the
+landscape stage split their sums by thread). Floating-point reductions split work by thread, so
+results are bit-identical only between runs with the same value; it is a tracked param of every
+stage that computes with torch.
 """
 from __future__ import annotations
 
 import torch
+from threadpoolctl import threadpool_limits
 
 from stages.params import Params
 
@@ -18,6 +21,11 @@ def set_threads(params: Params) -> int:
     Called first thing in each stage's ``main``; a stage-specific setting applied later (such as
     ``landscape.threads`` when non-zero) overrides it.
     """
-    threads = params.runtime.threads
+    return pin_threads(params.runtime.threads)
+
+
+def pin_threads(threads: int) -> int:
+    """Torch's intra-op threads and the BLAS threads of numpy/scipy, process-wide, to ``threads``."""
     torch.set_num_threads(threads)
+    threadpool_limits(limits=threads, user_api="blas")  # applied now, kept for the process
     return threads

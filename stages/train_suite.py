@@ -20,17 +20,17 @@ from tqdm import tqdm
 from transformers.utils import logging as hf_logging
 
 from stages.cli import stage_arguments
-from stages.config import get, load_params
+from stages.config import load_typed_params
 from stages.errors import PipelineError, main_guard
 from stages.io.atomic import atomic_path
+from stages.params import Pythia
 from stages.pythia import local_hub, suite
-from stages.pythia.hub import revision_step
-from stages.pythia.settings import revisions_of, train_settings
-from stages.params import validate_params
+from stages.pythia.settings import section
 from stages.runtime import set_threads
 from stages.training.live import curve_log
 
-KEY = "pythia.profiles.local"
+PROFILE = "local"  # the suite trains the models of this profile, whichever profile is active
+KEY = f"pythia.profiles.{PROFILE}"
 LIVE_DIR = Path("dvclive/pythia-suite")
 
 hf_logging.disable_progress_bar()  # one tqdm bar per stage, not one per saved or loaded file
@@ -42,26 +42,24 @@ def lr_factor(step: int, steps: int, warmup: int, min_lr_ratio: float) -> float:
         min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / steps))))
 
 
-def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool = True, log=None) -> dict:
-    """Train one suite model; ``log(step, values)`` (:func:`stages.training.live.curve_log`), if given,
-    gets the training curves at every saved revision."""
-    cfg = train_settings(params, model_name)
-    lr = float(cfg["lr"])
-    repo = get(params, f"{KEY}.repo").format(model=model_name)
-    revisions = revisions_of(get(params, f"{KEY}.revisions"), f"{KEY}.revisions")
-    steps = cfg["steps"]
-    save_at = {revision_step(r): r for r in revisions}
+def train_model(model_name: str, pythia: Pythia, cache_dir: Path, progress: bool = True, log=None) -> dict:
+    """Train one suite model (settings from the ``pythia`` section ``pythia``); ``log(step, values)``
+    (:func:`stages.training.live.curve_log`), if given, gets the training curves at every saved revision."""
+    cfg = pythia.suite_model(model_name, PROFILE)
+    local = pythia.profiles[PROFILE]
+    lr = cfg.lr
+    repo = local.repo_id(model_name)
+    steps = cfg.steps
+    save_at = dict(zip(local.steps(), local.revisions))
     if max(save_at) > steps:
         raise PipelineError(f"'{KEY}.revisions' goes to step {max(save_at)} beyond "
                             f"'{KEY}.train.{model_name}.steps' = {steps}")
-    torch.set_num_threads(1)  # a tiny model: more threads only contend on a shared CPU
     tokenizer = suite.build_tokenizer()
-    model = suite.build_model(tokenizer, cfg, cfg["seed"])
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(float(b) for b in cfg["betas"]),
-                            weight_decay=float(cfg["weight_decay"]))
-    warmup, floor, clip = cfg["warmup"], float(cfg["min_lr_ratio"]), float(cfg["grad_clip"])
+    model = suite.build_model(tokenizer, cfg.model_dump(), cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    warmup, floor, clip = cfg.warmup, cfg.min_lr_ratio, cfg.grad_clip
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup, floor))
-    data = suite.batches(tokenizer, cfg["seed"], cfg["batch_size"], cfg["seq_len"], cfg.get("mixture"))
+    data = suite.batches(tokenizer, cfg.seed, cfg.batch_size, cfg.seq_len, cfg.mixture)
 
     def publish(revision):
         def save(directory):
@@ -100,16 +98,21 @@ def train_model(model_name: str, params: dict, cache_dir: Path, progress: bool =
 @main_guard
 def main(argv=None) -> None:
     args = stage_arguments(__doc__, argv)
-    params = load_params(args.params)  # still a mapping below main: this stage is not on typed params yet
-    set_threads(validate_params(params))  # already valid: only builds the typed view set_threads reads
-    cache_dir = get(params, f"{KEY}.cache_dir")
-    train = get(params, f"{KEY}.train")
-    if not isinstance(train, dict) or not train:
+    params = load_typed_params(args.params)
+    set_threads(params)
+    pythia = section(params, f"{KEY}.cache_dir")
+    local = pythia.profiles.get(PROFILE)
+    if local is None:
+        raise PipelineError(f"missing key '{KEY}.cache_dir' (no '{PROFILE}' under 'pythia.profiles')")
+    if local.cache_dir is None:
+        raise PipelineError(f"'{KEY}.cache_dir' must be the path the suite is saved to, got None")
+    if not local.train:
         raise PipelineError(f"'{KEY}.train' must map model names to training settings")
+    cache_dir = local.cache_dir
     with atomic_path(cache_dir, directory=True) as tmp, atomic_path(LIVE_DIR, directory=True) as live_tmp:
-        for name in train:
+        for name in local.train:
             with curve_log(live_tmp / name) as log:
-                info = train_model(name, params, tmp, log=log)
+                info = train_model(name, pythia, tmp, log=log)
             print(f"{info['repo_id']}: {len(info['commits'])} revisions, final loss {info['final_loss']:.3f}")
     print(cache_dir)
 

@@ -390,8 +390,9 @@ def test_pythia_measure_stops_on_a_bad_manifest(workdir, repo_params):
     del manifest["revisions"][0]["files"]
     manifest_file("tiny").parent.mkdir(parents=True)
     manifest_file("tiny").write_text(json.dumps(manifest))
+    typed = validate_params(params)
     with pytest.raises(PipelineError) as exc:
-        pythia_measure.measure("tiny", params, progress=False)
+        pythia_measure.measure("tiny", typed.pythia, typed.measures.probe, progress=False)
     assert one_line(exc) == f"corrupt manifest: {manifest_file('tiny')} ('revisions[0]' lacks 'files')"
 
 

@@ -7,6 +7,7 @@ import pytest
 from stages import extract, landscape, measure, pythia_measure, train
 from stages.config import name_argument, run_id
 from stages.errors import PipelineError
+from stages.params import validate_params
 from stages.pythia import settings
 
 BAD = ["p405k/../../x", "../x", "..", ".", "", "a/b", "a\\b", "/abs", "x..y", ".hidden", "a b", "ü", "a\nb", "a:b"]
@@ -41,15 +42,16 @@ def test_good_ids_and_seeds():
 
 
 def test_pythia_model_names(repo_params):
-    params = {"pythia": {**repo_params["pythia"], "models": ["70m", "../../x"]}}
-    with pytest.raises(PipelineError, match="'pythia.models'"):
-        settings.models(params)
+    params = {**repo_params, "pythia": {**repo_params["pythia"], "models": ["70m", "../../x"]}}
+    with pytest.raises(PipelineError, match=r"'pythia\.models\[1\]' must be a non-empty name"):
+        validate_params(params)
     with pytest.raises(PipelineError, match="'--model'"):
         settings.pythia_run_id("a/../b")
+    pythia = validate_params(repo_params).pythia
     with pytest.raises(PipelineError, match="'--model'"):
-        settings.source(repo_params, "../70m")
+        settings.source(pythia, "../70m")
     with pytest.raises(PipelineError, match="'pythia.profiles.local.train'"):
-        settings.train_settings(repo_params, "../70m")
+        pythia.suite_model("../70m")
     assert name_argument("70m", "pythia.models") == "70m"
 
 

@@ -15,10 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGES = ["train", "extract", "measure", "landscape", "pythia_measure", "train_suite", "events"]
 
 
+def blas_threads() -> set[int]:
+    from threadpoolctl import threadpool_info
+    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+
 @pytest.fixture
 def keep_threads():
+    from threadpoolctl import threadpool_limits
     before = torch.get_num_threads()
-    yield
+    with threadpool_limits(limits=None):  # restores the BLAS limits on exit
+        yield
     torch.set_num_threads(before)
 
 
@@ -31,7 +38,9 @@ def with_runtime(repo_params, runtime):
 
 def test_set_threads(keep_threads, repo_params):
     assert set_threads(with_runtime(repo_params, {"threads": 3})) == 3 and torch.get_num_threads() == 3
+    assert blas_threads() == {3}  # numpy/scipy BLAS too: OpenBLAS would start one thread per core
     assert set_threads(with_runtime(repo_params, {"threads": 1})) == 1 and torch.get_num_threads() == 1
+    assert blas_threads() == {1}
 
 
 @pytest.mark.parametrize("runtime", [..., {}, {"threads": 0}, {"threads": -2}, {"threads": "2"}, {"threads": 1.5},

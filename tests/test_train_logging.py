@@ -185,7 +185,7 @@ def test_train_suite_settings_come_from_params_and_curves_are_logged(repo_params
         "betas", "weight_decay", "grad_clip", "min_lr_ratio", "lr", "warmup"}
     local["train"]["tiny"].update(warmup=2, min_lr_ratio=0.25)
     with curve_log(tmp_path / "live" / "tiny") as log:
-        info = train_suite.train_model("tiny", p, tmp_path / "hub", progress=False, log=log)
+        info = train_suite.train_model("tiny", validate_params(p).pythia, tmp_path / "hub", progress=False, log=log)
     assert len(info["commits"]) == 3
     live = tmp_path / "live" / "tiny" / "plots" / "metrics"
     lr = read_tsv(live / "lr.tsv")
@@ -199,5 +199,5 @@ def test_train_suite_settings_come_from_params_and_curves_are_logged(repo_params
     for key, value in (("betas", [0.9, 1.0]), ("weight_decay", -1), ("grad_clip", "x"), ("min_lr_ratio", 2)):
         bad = copy.deepcopy(p)
         bad["pythia"]["profiles"]["local"]["train"]["tiny"][key] = value
-        with pytest.raises(PipelineError, match=f"pythia.profiles.local.train.tiny.{key}"):
-            train_suite.train_model("tiny", bad, tmp_path / "hub2", progress=False)
+        with pytest.raises(PipelineError, match=f"'pythia.profiles.local.train.tiny.{key}'"):  # the schema's check
+            validate_params(bad)

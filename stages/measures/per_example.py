@@ -30,7 +30,7 @@ def per_example_loss_fn(model: torch.nn.Module, prompt_len: int):
     """``f(params, seq_row) -> scalar answer loss`` for one sequence, for use under ``vmap``."""
 
     def loss(params, row):
-        logits = functional_call(model, params, (row[None, :-1],))[0, prompt_len - 1:]
+        logits = functional_call(model, params, (row[None, :-1],), {"start": prompt_len - 1})[0]
         return F.cross_entropy(logits, row[prompt_len:])
 
     return loss

@@ -30,12 +30,22 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.dropout = cfg.dropout
 
-    def forward(self, x):
+    def forward(self, x, start: int = 0):
+        """Causal self-attention; with ``start > 0`` only the queries of positions ``start..t-1``
+        (keys and values of every position), so the output has ``t - start`` positions."""
         b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        heads = lambda z: z.view(b, -1, self.n_head, c // self.n_head).transpose(1, 2)  # noqa: E731
+        dropout = self.dropout if self.training else 0.0
+        if start == 0:
+            q, k, v = self.qkv(x).split(c, dim=2)
+            y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True, dropout_p=dropout)
+        else:
+            weight, bias = self.qkv.weight, self.qkv.bias
+            q = F.linear(x[:, start:], weight[:c], bias[:c])
+            k, v = F.linear(x, weight[c:], bias[c:]).split(c, dim=2)
+            mask = torch.ones(t - start, t, dtype=torch.bool, device=x.device).tril(diagonal=start)
+            y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=mask, dropout_p=dropout)
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t - start, c))
 
 
 class Block(nn.Module):
@@ -48,8 +58,9 @@ class Block(nn.Module):
             nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model),
             nn.Dropout(cfg.dropout))
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x, start: int = 0):
+        """The block's output at positions ``start..t-1`` (every position's input is still read)."""
+        x = x[:, start:] + self.attn(self.ln1(x), start) if start else x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
 
@@ -82,17 +93,26 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx, hidden_states: bool = False):
+    def forward(self, idx, hidden_states: bool = False, start: int = 0):
         """Logits ``[b, t, vocab]``; with ``hidden_states`` also the residual stream after the
-        embedding and after every block (``n_layer + 1`` tensors of ``[b, t, d]``)."""
+        embedding and after every block (``n_layer + 1`` tensors of ``[b, t, d]``).
+
+        ``start > 0``: logits of positions ``start..t-1`` only, ``[b, t - start, vocab]``. The last
+        block then computes only those positions (earlier blocks must still compute every position,
+        whose keys and values the later ones read): the same numbers up to float rounding, for less
+        work when a loss or a score reads the last positions alone (the answer of a task)."""
         t = idx.shape[1]
         if t > self.cfg.block_size:
             raise ValueError(f"sequence of length {t} exceeds block_size {self.cfg.block_size}")
+        if not 0 <= start < t:
+            raise ValueError(f"start {start} must lie in [0, {t})")
+        if start and hidden_states:
+            raise ValueError("hidden_states needs every position (start 0)")
         pos = torch.arange(t, device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         states = [x]
-        for block in self.blocks:
-            x = block(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, start if i == len(self.blocks) - 1 else 0)
             states.append(x)
         logits = self.head(self.ln_f(x))
         return (logits, states) if hidden_states else logits

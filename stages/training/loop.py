@@ -53,8 +53,9 @@ def sequences(prompt: np.ndarray, answer: np.ndarray, device) -> torch.Tensor:
 
 
 def answer_logits(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
-    """Logits predicting each answer token: positions ``prompt_len-1 .. end-1``."""
-    return model(seq[:, :-1])[:, prompt_len - 1:]
+    """Logits predicting each answer token: positions ``prompt_len-1 .. end-1`` (the last block
+    and the head compute those positions only; see :meth:`GPT.forward`)."""
+    return model(seq[:, :-1], start=prompt_len - 1)
 
 
 def answer_loss(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
