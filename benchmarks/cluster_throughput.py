@@ -36,23 +36,18 @@ from stages.cluster.dag import dvc_env  # noqa: E402
 from stages.measures.rankme import rankme, rankme_batched  # noqa: E402
 from stages.models import GPT, model_config  # noqa: E402
 from stages.training.device import resolve_device  # noqa: E402
-from stages.training.loop import answer_loss  # noqa: E402
-from stages.training.precision import autocast  # noqa: E402
+from stages.training.loop import make_optimizer, update  # noqa: E402
 
 
 def tokens_per_second(model_name: str, device: torch.device, precision: str, steps: int, batch: int = 256,
                       seq_len: int = 16) -> float:
     torch.manual_seed(0)
     model = GPT(model_config(model_name, vocab_size=32, block_size=seq_len - 1)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = make_optimizer(model, lr=1e-3, weight_decay=1.0, betas=(0.9, 0.98))
     seq = torch.randint(0, 32, (batch, seq_len), device=device)
 
     def step():
-        with autocast(device, precision):
-            loss = answer_loss(model, seq, seq_len // 2)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        update(model, opt, seq, seq_len // 2, grad_clip=1.0, precision=precision)
 
     step()  # warm-up
     if device.type == "cuda":

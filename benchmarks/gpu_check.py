@@ -44,8 +44,7 @@ from stages.measures.rankme import geometry  # noqa: E402
 from stages.models import GPT, PRESETS, model_config  # noqa: E402
 from stages.tasks import build_dataset, get_task  # noqa: E402
 from stages.training.device import resolve_device  # noqa: E402
-from stages.training.loop import answer_loss, batch_indices, evaluate, sequences  # noqa: E402
-from stages.training.precision import autocast  # noqa: E402
+from stages.training.loop import batch_indices, evaluate, make_optimizer, sequences, update  # noqa: E402
 from stages.training.schedule import lr_at  # noqa: E402
 
 # Dense (no structured sparsity) bf16 tensor-core peaks in TFLOP/s, from the vendors' datasheets.
@@ -199,11 +198,7 @@ class Run:
         self.model = GPT(cfg).to(device)
         self.cfg = cfg
         model = self.model
-        decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-        no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": settings["weight_decay"]},
-                                      {"params": no_decay, "weight_decay": 0.0}],
-                                     lr=settings["lr"], betas=tuple(settings["betas"]))
+        self.opt = make_optimizer(model, settings["lr"], settings["weight_decay"], settings["betas"])
         self.train_seq = sequences(ds.train_prompt, ds.train_answer, device)
         self.test_seq = sequences(ds.test_prompt, ds.test_answer, device)
         self.batch_size = batch_size or settings["batch_size"]
@@ -218,14 +213,7 @@ class Run:
             group["lr"] = lr_at(step, s["lr"], self.total_steps, s["warmup"], s["schedule"], s.get("min_lr_ratio", 0.0))
         idx = batch_indices(self.seed, step, len(self.train_seq), self.batch_size)
         batch = self.train_seq if idx is None else self.train_seq[torch.as_tensor(idx, device=self.device)]
-        with autocast(batch.device, self.precision):
-            loss = answer_loss(self.model, batch, self.prompt_len)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if s["grad_clip"]:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), s["grad_clip"])
-        self.opt.step()
-        return loss.item()
+        return update(self.model, self.opt, batch, self.prompt_len, s["grad_clip"], self.precision).item()
 
     def evaluate(self, eval_train_max: int, eval_batch_size: int) -> tuple[float, float]:
         """The checkpoint scoring of ``train``: the whole test split, then the first train examples;

@@ -48,7 +48,7 @@ import yaml  # noqa: E402
 from stages.config import load_typed_params  # noqa: E402
 from stages.generate import generate  # noqa: E402
 from stages.models import GPT, PRESETS, model_config  # noqa: E402
-from stages.training.loop import answer_loss, evaluate  # noqa: E402
+from stages.training.loop import evaluate, make_optimizer, update  # noqa: E402
 from stages.training.schedule import checkpoint_steps  # noqa: E402
 
 STAGES = ("generate", "train", "extract", "measure", "landscape")
@@ -79,15 +79,8 @@ def step_flops(n_layer: int, d_model: int, vocab: int, batch: int, t: int) -> fl
 
 
 def trainer(model: GPT, batch: torch.Tensor, prompt_len: int, hp):
-    opt = torch.optim.AdamW(model.parameters(), lr=hp.lr, betas=tuple(hp.betas), weight_decay=hp.weight_decay)
-
-    def step():
-        loss = answer_loss(model, batch, prompt_len)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), hp.grad_clip or float("inf"))
-        opt.step()
-    return step
+    opt = make_optimizer(model, hp.lr, hp.weight_decay, hp.betas)
+    return lambda: update(model, opt, batch, prompt_len, hp.grad_clip)
 
 
 def random_sequences(n: int, length: int, vocab: int) -> torch.Tensor:

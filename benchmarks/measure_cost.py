@@ -41,7 +41,7 @@ from stages.io.history import accuracy_by_step  # noqa: E402
 from stages.landscape import choose_steps, landscape, landscape_params, measure_checkpoint  # noqa: E402
 from stages.models import GPT, model_config  # noqa: E402
 from stages.train import resolve_train_params  # noqa: E402
-from stages.training.loop import answer_loss, sequences  # noqa: E402
+from stages.training.loop import make_optimizer, sequences, update  # noqa: E402
 
 
 def timed(fn, repeats: int) -> tuple[float, float]:
@@ -108,15 +108,11 @@ def main() -> None:
     hp = resolve_train_params(params, args.task, args.level)
     trainee = GPT(model.cfg).to(device)
     trainee.load_state_dict(model.state_dict())
-    opt = torch.optim.AdamW(trainee.parameters(), lr=float(hp.lr), weight_decay=float(hp.weight_decay))
+    opt = make_optimizer(trainee, hp.lr, hp.weight_decay, hp.betas)
     batch = seq[:hp.batch_size]
 
     def train_step():
-        loss = answer_loss(trainee, batch, prompt_len)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainee.parameters(), float(hp.grad_clip) or float("inf"))
-        opt.step()
+        update(trainee, opt, batch, prompt_len, hp.grad_clip)
 
     step_s, step_wall = timed(train_step, max(args.repeats, 5))
     print(f"{rid}: {model.num_params():,} params, {source}, device {device}, {torch.get_num_threads()} thread(s)")

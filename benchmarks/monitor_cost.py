@@ -35,7 +35,7 @@ from stages.monitor import RankMeMonitor, monitor_step  # noqa: E402
 from stages.monitor.core import layer_geometry  # noqa: E402
 from stages.monitor.probe import probe_hidden_states  # noqa: E402
 from stages.train import resolve_train_params  # noqa: E402
-from stages.training.loop import answer_loss, sequences  # noqa: E402
+from stages.training.loop import make_optimizer, sequences, update  # noqa: E402
 
 
 def clock():
@@ -54,8 +54,7 @@ def bench(task: str, level: str, model_name: str, params: dict, probe_size: int,
     hp = resolve_train_params(params, task, level)
     torch.manual_seed(0)
     model = GPT(model_config(model_name, ds.vocab_size, prompt_len + ds.train_answer.shape[1] - 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=float(hp.lr), weight_decay=float(hp.weight_decay),
-                            betas=tuple(hp.betas))
+    opt = make_optimizer(model, hp.lr, hp.weight_decay, hp.betas)
     train_seq = sequences(ds.train_prompt, ds.train_answer, "cpu")
     test_seq = sequences(ds.test_prompt, ds.test_answer, "cpu")
     batch = train_seq[:int(hp.batch_size)]
@@ -68,11 +67,7 @@ def bench(task: str, level: str, model_name: str, params: dict, probe_size: int,
     model.train()
 
     def train_step():
-        loss = answer_loss(model, batch, prompt_len)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), float(hp.grad_clip) or float("inf"))
-        opt.step()
+        update(model, opt, batch, prompt_len, hp.grad_clip)
 
     step = 0
     train_step()

@@ -201,3 +201,15 @@ def test_train_suite_settings_come_from_params_and_curves_are_logged(repo_params
         bad["pythia"]["profiles"]["local"]["train"]["tiny"][key] = value
         with pytest.raises(PipelineError, match=f"'pythia.profiles.local.train.tiny.{key}'"):  # the schema's check
             validate_params(bad)
+
+
+def test_curves_in_a_git_repository_without_commits(tmp_path, monkeypatch):
+    """A fresh `git init` before the first commit: DVCLive's own repository probe would raise
+    ("Empty git repo") and `dvc init` a git repository; the curve log needs neither."""
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    monkeypatch.chdir(tmp_path)
+    with curve_log(tmp_path / "dvclive" / "run") as log:
+        log(0, {"test/acc": 0.25, "lr": 1e-3})
+        log(4, {"test/acc": 0.75, "lr": 1e-3, "train/loss": math.nan})
+    assert (tmp_path / "dvclive/run/plots/metrics/test/acc.tsv").read_text() == "step\tacc\n0\t0.25\n4\t0.75\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".git", "dvclive"]  # no .dvc, no .dvcignore

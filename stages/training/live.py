@@ -37,9 +37,17 @@ def curve_log(directory: str | os.PathLike) -> Iterator[Callable[[int, dict], No
     appears, complete, only when the block succeeds."""
     from dvclive import Live
 
+    class FilesOnly(Live):
+        """DVCLive without its DVC integration, which nothing here uses (no experiment, no dvc.yaml,
+        no report). Its repository probe calls ``scm.get_rev()``, which raises in a git repository
+        without commits, and runs ``dvc init`` in a git repository that is not a DVC one."""
+
+        def _init_dvc(self):
+            pass
+
     with atomic_path(Path(directory), directory=True) as tmp:
-        live = Live(dir=str(tmp), resume=False, report=None, save_dvc_exp=False, dvcyaml=None,
-                    monitor_system=False)
+        live = FilesOnly(dir=str(tmp), resume=False, report=None, save_dvc_exp=False, dvcyaml=None,
+                         monitor_system=False)
         last = [-1]
 
         def log(step: int, values: dict) -> None:

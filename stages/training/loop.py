@@ -82,6 +82,30 @@ def evaluate(model: GPT, seq: torch.Tensor, prompt_len: int, batch_size: int,
     return total_loss / len(seq), correct / len(seq)
 
 
+def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float,
+                   betas: tuple[float, float]) -> torch.optim.AdamW:
+    """AdamW with decoupled weight decay on the matrices (``dim >= 2``) only, as :func:`train` uses it."""
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=tuple(betas))
+
+
+def update(model: GPT, opt: torch.optim.Optimizer, batch: torch.Tensor, prompt_len: int, grad_clip: float,
+           precision: str = "fp32") -> torch.Tensor:
+    """One training update on ``batch``: answer loss (under ``precision``'s autocast), backward,
+    gradient-norm clipping at ``grad_clip`` (0 = none), optimiser step. Returns the loss tensor.
+    The update of :func:`train`; the benchmarks time this same function."""
+    with autocast(batch.device, precision):
+        loss = answer_loss(model, batch, prompt_len)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return loss
+
+
 def batch_indices(seed: int, step: int, n: int, batch_size: int) -> np.ndarray | None:
     """Batch for update ``step``, a function of (seed, step) alone so a resumed run is identical."""
     if batch_size >= n:
@@ -102,10 +126,7 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
     where it stopped, bit for bit, dropout included.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=tuple(cfg.betas))
+    opt = make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas)
     history, start = load_resume(out_dir, model, opt, train_seq.device)
     for row in history if on_checkpoint else ():
         on_checkpoint(row)
@@ -135,14 +156,7 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
             group["lr"] = lr_at(step, cfg.lr, cfg.steps, cfg.warmup, cfg.schedule, cfg.min_lr_ratio)
         idx = batch_indices(cfg.seed, step, len(train_seq), cfg.batch_size)
         batch = train_seq if idx is None else train_seq[torch.as_tensor(idx, device=train_seq.device)]
-        with autocast(batch.device, cfg.precision):
-            loss = answer_loss(model, batch, prompt_len)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        last_loss = loss.item()
+        last_loss = update(model, opt, batch, prompt_len, cfg.grad_clip, cfg.precision).item()
         step += 1
         bar.update(1)
     bar.close()
