@@ -12,6 +12,7 @@ the previous revision, the last batch's loss, the learning rate) go through DVCL
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -42,6 +43,18 @@ def lr_factor(step: int, steps: int, warmup: int, min_lr_ratio: float) -> float:
         min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / steps))))
 
 
+def without_library_version(directory) -> None:
+    """``save_pretrained`` writes the installed transformers version into ``config.json`` and
+    ``generation_config.json``: it is left out (loading does not need it), so the suite's files, and
+    their hashes in dvc.lock, do not change with a transformers release."""
+    for name in ("config.json", "generation_config.json"):
+        path = Path(directory) / name
+        if path.is_file():
+            config = json.loads(path.read_text())
+            if config.pop("transformers_version", None) is not None:
+                path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def train_model(model_name: str, pythia: Pythia, cache_dir: Path, progress: bool = True, log=None) -> dict:
     """Train one suite model (settings from the ``pythia`` section ``pythia``); ``log(step, values)``
     (:func:`stages.training.live.curve_log`), if given, gets the training curves at every saved revision."""
@@ -65,6 +78,7 @@ def train_model(model_name: str, pythia: Pythia, cache_dir: Path, progress: bool
         def save(directory):
             model.save_pretrained(directory)
             tokenizer.save_pretrained(directory)
+            without_library_version(directory)
         return local_hub.publish(cache_dir, repo, revision, save)
 
     commits = {}

@@ -187,6 +187,8 @@ def test_train_suite_settings_come_from_params_and_curves_are_logged(repo_params
     with curve_log(tmp_path / "live" / "tiny") as log:
         info = train_suite.train_model("tiny", validate_params(p).pythia, tmp_path / "hub", progress=False, log=log)
     assert len(info["commits"]) == 3
+    configs = sorted((tmp_path / "hub").rglob("snapshots/*/*config.json"))
+    assert configs and not any("transformers_version" in c.read_text() for c in configs)  # no library version
     live = tmp_path / "live" / "tiny" / "plots" / "metrics"
     lr = read_tsv(live / "lr.tsv")
     assert list(lr["step"]) == [0, 2, 4]  # the revisions step0, step2, step4
