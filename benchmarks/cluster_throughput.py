@@ -25,12 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import stages  # noqa: E402,F401  before numpy and torch, as in a stage: pins the CPU code paths (stages/numerics.py)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
 
 from stages.cluster.dag import dvc_env  # noqa: E402
 from stages.measures.rankme import rankme, rankme_batched  # noqa: E402

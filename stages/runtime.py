@@ -4,13 +4,19 @@
 use (OpenBLAS would otherwise start one per core: ARPACK's dot products and norms in the
 landscape stage split their sums by thread). Floating-point reductions split work by thread, so
 results are bit-identical only between runs with the same value; it is a tracked param of every
-stage that computes with torch.
+stage that computes with torch. The CPU code paths (instruction sets) are pinned separately, by
+``stages/__init__.py`` before numpy loads (stages/numerics.py); :func:`set_threads` warns when
+they are not in effect.
 """
 from __future__ import annotations
+
+import sys
 
 import torch
 from threadpoolctl import threadpool_limits
 
+import stages
+from stages.numerics import in_effect, mismatches
 from stages.params import Params
 
 
@@ -19,9 +25,16 @@ def set_threads(params: Params) -> int:
     and return it.
 
     Called first thing in each stage's ``main``; a stage-specific setting applied later (such as
-    ``landscape.threads`` when non-zero) overrides it.
+    ``landscape.threads`` when non-zero) overrides it. Prints one warning line to stderr when the
+    process does not compute on the pinned CPU code paths (:func:`stages.numerics.mismatches`):
+    its results will differ in the last bits from the committed ones.
     """
-    return pin_threads(params.runtime.threads)
+    threads = pin_threads(params.runtime.threads)
+    found = mismatches(in_effect(), stages.CPU_PATHS)
+    if found:
+        print(f"warning: {'; '.join(found)}: results will differ in the last bits from a run on the pinned "
+              "CPU code paths (stages/numerics.py)", file=sys.stderr)
+    return threads
 
 
 def pin_threads(threads: int) -> int:

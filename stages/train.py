@@ -23,6 +23,7 @@ from stages.io.checkpoints import write_manifest
 from stages.io.datasets import load_split
 from stages.io.tables import write_csv
 from stages.models import GPT, PRESETS, model_config
+from stages.numerics import in_effect
 from stages.params import Params, TrainSettings
 from stages.runtime import set_threads
 from stages.tasks import LEVELS, get_task
@@ -89,7 +90,7 @@ def run(task: str, level: str, model_name: str, seed: int, params: Params, progr
                         on_checkpoint=history_logger(log))
     manifest = {"run": rid, "task": task, "level": level, "model_name": model_name, "seed": seed, "model": cfg.to_dict(),
                 "n_params": model.num_params(), "steps": steps, "train": hp, "device": str(device),
-                "precision": precision,
+                "precision": precision, "cpu_paths": in_effect(),
                 "dataset": meta, "torch": torch.__version__}
     (partial / "run-config.json").unlink()
     write_manifest(partial, manifest)

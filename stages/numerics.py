@@ -1,0 +1,122 @@
+"""The CPU code paths every stage computes with, pinned so that other x86 machines write the same bits.
+
+MKL, torch's own kernels (ATen) and OpenBLAS (numpy, scipy, scikit-learn) each pick their kernels
+from the CPU's instruction set when they first run: on an AVX-512 machine the AVX-512 kernels, on
+another machine others, and each kernel rounds its sums in its own order. Unpinned, a newcomer's
+``dvc repro`` on a different CPU writes different checkpoints from the first update on. MKL's gemm
+also split their sums by the number of threads it happened to use. :func:`pin_code_paths` (run by
+``stages/__init__.py`` before numpy or torch computes anything) pins all three to their AVX2
+paths, which every x86 CPU since 2013 has:
+
+* ``MKL_CBWR=AVX2,STRICT``: MKL's conditional numerical reproducibility on its AVX2 branch; strict
+  mode makes gemm bit-identical whatever number of threads it runs on. MKL honours the branch on
+  Intel CPUs only (on others it falls back to its automatic choice; use ``COMPATIBLE`` there, about
+  3x slower: ``benchmarks/pinned_paths_cost.py``).
+* ``ATEN_CPU_CAPABILITY=avx2``: torch's vectorised kernels at AVX2.
+* ``OPENBLAS_CORETYPE=Haswell``: OpenBLAS's AVX2 kernels, set only where the CPU has AVX2 and FMA
+  (OpenBLAS would run the forced kernels even on a CPU without them).
+
+The cost is measured, not guessed: ``benchmarks/pinned_paths_cost.py`` prints the training step's
+time with the pinned paths against the CPU's own. ``ANATOMY_CPU_PATHS=native`` in the environment
+leaves every library to its own choice (faster on AVX-512, not reproducible elsewhere); the run
+manifests record which paths were in effect (:func:`in_effect`), and a stage prints one warning
+line when they differ from the pinned ones (:func:`mismatches`).
+
+This file is a dvc.yaml dependency of every stage: changing a pinned path restales every result.
+"""
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+OPT_OUT = "ANATOMY_CPU_PATHS"
+MKL_BRANCH = "AVX2,STRICT"
+TORCH_CAPABILITY = "avx2"
+OPENBLAS_CORE = "Haswell"
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    """The instruction-set flags of the first CPU in ``cpuinfo`` (Linux), or None where unknown."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return None
+
+
+def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """``GenuineIntel``, ``AuthenticAMD``, ... from ``cpuinfo`` (Linux), or None where unknown."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("vendor_id"):
+            return line.partition(":")[2].strip()
+    return None
+
+
+def pinned_environment(machine: str, flags: set[str] | None) -> dict[str, str]:
+    """The environment that pins the code paths on a CPU of architecture ``machine`` with ``flags``.
+
+    x86 only (the variables mean nothing elsewhere). OpenBLAS's core type is forced only where the
+    flags show AVX2 and FMA, because OpenBLAS does not check that the CPU can run it."""
+    if machine.lower() not in ("x86_64", "amd64"):
+        return {}
+    env = {"MKL_CBWR": MKL_BRANCH, "ATEN_CPU_CAPABILITY": TORCH_CAPABILITY}
+    if flags is not None and {"avx2", "fma"} <= flags:
+        env["OPENBLAS_CORETYPE"] = OPENBLAS_CORE
+    return env
+
+
+def pin_code_paths(environ=None) -> dict[str, str]:
+    """Set the pinned environment in ``environ`` (default ``os.environ``) unless ``ANATOMY_CPU_PATHS``
+    is ``native``; return what was set. Takes effect only before numpy loads OpenBLAS and before
+    torch's first kernel; child processes (landscape workers, DVC's stage commands) inherit it."""
+    environ = os.environ if environ is None else environ
+    if environ.get(OPT_OUT, "").lower() == "native":
+        return {}
+    env = pinned_environment(platform.machine(), cpu_flags())
+    environ.update(env)
+    return env
+
+
+def in_effect() -> dict:
+    """The code paths this process computes with: torch's CPU capability, torch's BLAS, the MKL
+    branch asked for, and the OpenBLAS kernels numpy and scipy loaded. Recorded in run manifests."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    openblas = sorted({i.get("architecture") or "?" for i in threadpool_info() if i["internal_api"] == "openblas"})
+    return {"torch_cpu": torch.backends.cpu.get_cpu_capability(),
+            "torch_blas": "mkl" if torch.backends.mkl.is_available() else "other",
+            "mkl_cbwr": os.environ.get("MKL_CBWR", "AUTO"),
+            "openblas": openblas,
+            "cpu_vendor": cpu_vendor() or "unknown"}
+
+
+def mismatches(effect: dict, pinned: dict[str, str]) -> list[str]:
+    """Where the code paths in ``effect`` (:func:`in_effect`) differ from ``pinned``
+    (:func:`pinned_environment`): one phrase each, empty when the run computes on the pinned paths.
+    Without a pinned environment (not x86, or opted out) the paths are the machine's own."""
+    if not pinned:
+        return ["the CPU's own code paths (not pinned: not x86, or ANATOMY_CPU_PATHS=native)"]
+    found = []
+    if effect["torch_cpu"].lower() != TORCH_CAPABILITY:
+        found.append(f"torch computes on {effect['torch_cpu']}, not {TORCH_CAPABILITY.upper()}")
+    if effect["torch_blas"] == "mkl" and effect["mkl_cbwr"] != MKL_BRANCH:
+        found.append(f"MKL on branch {effect['mkl_cbwr']}, not {MKL_BRANCH}")
+    if effect["torch_blas"] == "mkl" and effect["cpu_vendor"] != "GenuineIntel":
+        found.append(f"MKL ignores MKL_CBWR={MKL_BRANCH} on a {effect['cpu_vendor']} CPU")
+    if effect["torch_blas"] != "mkl":
+        found.append("torch's BLAS is not MKL")
+    if "OPENBLAS_CORETYPE" not in pinned:
+        found.append("OpenBLAS on the CPU's own kernels (no AVX2 and FMA found)")
+    elif any(arch != OPENBLAS_CORE for arch in effect["openblas"]):
+        found.append(f"OpenBLAS on {', '.join(effect['openblas'])}, not {OPENBLAS_CORE} "
+                     "(numpy was imported before the stages package)")
+    return found

@@ -1,0 +1,105 @@
+"""The pinned CPU code paths (stages/numerics.py): what is set where, that importing the stages package
+sets it before numpy and torch compute, and that MKL's strict branch makes gemm thread-count free."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from stages import numerics
+from stages.numerics import (MKL_BRANCH, cpu_flags, cpu_vendor, mismatches, pin_code_paths,
+                             pinned_environment)
+
+ROOT = Path(__file__).resolve().parents[1]
+FLAGS = cpu_flags()
+HAS_AVX2 = FLAGS is not None and {"avx2", "fma"} <= FLAGS
+ON_PINNED_MKL = HAS_AVX2 and torch.backends.mkl.is_available() and cpu_vendor() == "GenuineIntel"
+PIN_VARS = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE", numerics.OPT_OUT)
+
+PINNED = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell"}
+ON_PINNED = {"torch_cpu": "AVX2", "torch_blas": "mkl", "mkl_cbwr": "AVX2,STRICT", "openblas": ["Haswell"],
+             "cpu_vendor": "GenuineIntel"}
+
+
+def test_pinned_environment_per_cpu():
+    assert pinned_environment("x86_64", {"sse2", "avx", "avx2", "fma", "avx512f"}) == PINNED
+    assert pinned_environment("AMD64", {"avx2", "fma"}) == PINNED
+    # no AVX2 (or unknown flags): OpenBLAS is left to choose, it would run forced kernels regardless
+    assert pinned_environment("x86_64", {"sse2", "avx"}) == {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2"}
+    assert pinned_environment("x86_64", None) == {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2"}
+    assert pinned_environment("aarch64", {"asimd"}) == {}
+    assert pinned_environment("arm64", None) == {}
+
+
+def test_pin_code_paths_sets_or_honours_the_opt_out():
+    env = {"PATH": "/bin"}
+    set_ = pin_code_paths(env)
+    assert env == {"PATH": "/bin", **set_}
+    assert set_.get("MKL_CBWR") in (None, MKL_BRANCH)  # None only off x86
+    native = {numerics.OPT_OUT: "native", "MKL_CBWR": "AUTO"}
+    assert pin_code_paths(native) == {} and native == {numerics.OPT_OUT: "native", "MKL_CBWR": "AUTO"}
+
+
+def test_cpuinfo_parsing(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx2 fma\n\n"
+                    "processor\t: 1\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx2 fma\n")
+    assert cpu_flags(info) == {"fpu", "sse2", "avx2", "fma"} and cpu_vendor(info) == "AuthenticAMD"
+    assert cpu_flags(tmp_path / "missing") is None and cpu_vendor(tmp_path / "missing") is None
+
+
+def test_mismatches_name_each_path_that_differs():
+    assert mismatches(ON_PINNED, PINNED) == []
+    assert mismatches({**ON_PINNED, "torch_cpu": "AVX512", "openblas": ["SkylakeX"]}, PINNED) == [
+        "torch computes on AVX512, not AVX2",
+        "OpenBLAS on SkylakeX, not Haswell (numpy was imported before the stages package)"]
+    assert mismatches({**ON_PINNED, "mkl_cbwr": "AUTO"}, PINNED) == ["MKL on branch AUTO, not AVX2,STRICT"]
+    assert mismatches({**ON_PINNED, "cpu_vendor": "AuthenticAMD"}, PINNED) == [
+        "MKL ignores MKL_CBWR=AVX2,STRICT on a AuthenticAMD CPU"]
+    no_avx2 = {k: v for k, v in PINNED.items() if k != "OPENBLAS_CORETYPE"}
+    assert mismatches({**ON_PINNED, "openblas": ["Sandybridge"]}, no_avx2) == [
+        "OpenBLAS on the CPU's own kernels (no AVX2 and FMA found)"]
+    assert mismatches({**ON_PINNED, "torch_blas": "other"}, PINNED) == ["torch's BLAS is not MKL"]
+    assert len(mismatches(ON_PINNED, {})) == 1  # opted out or not x86: always said
+
+
+def _python(code: str, **extra) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in PIN_VARS}
+    env.update(extra)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=True)
+
+
+SET_THREADS = ("from stages.config import load_typed_params; from stages.runtime import set_threads; "
+               "set_threads(load_typed_params())")
+
+
+@pytest.mark.skipif(not ON_PINNED_MKL, reason="the pinned paths need an Intel x86 CPU with AVX2 and torch on MKL")
+def test_importing_a_stage_computes_on_the_pinned_paths():
+    out = _python(f"import stages.train, json; {SET_THREADS}; from stages.numerics import in_effect; "
+                  "print(json.dumps(in_effect()))")
+    assert json.loads(out.stdout) == ON_PINNED and out.stderr == ""
+    # numpy first: OpenBLAS has chosen its kernels already, and set_threads says so in one line
+    own = _python("import numpy, threadpoolctl; print(sorted({i['architecture'] for i in "
+                  "threadpoolctl.threadpool_info() if i['internal_api'] == 'openblas'})[0])").stdout.strip()
+    late = _python(f"import numpy, stages.train; {SET_THREADS}")
+    assert late.stderr == ("" if own == "Haswell" else
+                           f"warning: OpenBLAS on {own}, not Haswell (numpy was imported before the stages package): "
+                           "results will differ in the last bits from a run on the pinned CPU code paths "
+                           "(stages/numerics.py)\n")
+    native = _python(f"import stages.train; {SET_THREADS}", **{numerics.OPT_OUT: "native"})
+    assert native.stderr.startswith("warning: the CPU's own code paths")
+
+
+@pytest.mark.skipif(not ON_PINNED_MKL, reason="MKL's strict branch needs an Intel x86 CPU with AVX2")
+def test_gemm_is_the_same_on_one_and_two_threads():
+    """Strict CNR: the weight-gradient gemm of a tied embedding (35 x 1280 x 128) gives the same bits at
+    1 and 2 threads. On MKL's automatic branch 4106 of its 4480 entries differ on the 2-core box."""
+    code = ("import stages, torch; g = torch.Generator().manual_seed(0); "
+            "a = torch.randn(35, 1280, generator=g); b = torch.randn(1280, 128, generator=g); "
+            "torch.set_num_threads(1); one = a @ b; torch.set_num_threads(2); two = a @ b; "
+            "print(int((one != two).sum()))")
+    assert _python(code).stdout.strip() == "0"
