@@ -22,7 +22,6 @@ waiting for a core on a busy machine.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 import time
@@ -39,9 +38,10 @@ from stages.config import load_typed_params, run_id  # noqa: E402
 from stages.io.checkpoints import load_model, read_manifest  # noqa: E402
 from stages.io.datasets import load_split  # noqa: E402
 from stages.io.history import accuracy_by_step  # noqa: E402
-from stages.landscape import choose_steps, landscape, landscape_params, measure_checkpoint  # noqa: E402
+from stages.landscape import choose_steps, landscape, measure_checkpoint  # noqa: E402
 from stages.models import GPT, model_config  # noqa: E402
 from stages.train import resolve_train_params  # noqa: E402
+from stages.training.device import resolve_device  # noqa: E402
 from stages.training.loop import make_optimizer, sequences, update  # noqa: E402
 
 
@@ -82,10 +82,10 @@ def main() -> None:
     parser.add_argument("--params", default=None)
     args = parser.parse_args()
     params = load_typed_params(args.params)
-    p = landscape_params(params)
+    p = params.landscape
     if p.threads:
         torch.set_num_threads(p.threads)
-    device = p.device
+    device = resolve_device(p.device, "landscape.device")
     prompt, answer, prompt_len, vocab = dataset(args.task, args.level, params)
     rid = run_id(args.task, args.level, args.model, args.seed)
     n_checkpoints, chosen = p.max_checkpoints, None
@@ -93,7 +93,8 @@ def main() -> None:
         manifest = read_manifest(paths.checkpoint_dir(rid))
         if paths.history_file(rid).is_file():
             chosen, acq = choose_steps(manifest["steps"], accuracy_by_step(rid), p.max_checkpoints,
-                                       p.after_acquisition, p.acquisition_threshold, p.acquisition_window)
+                                       p.after_acquisition, params.events.acquisition_threshold,
+                                       params.events.acquisition_window)
             n_checkpoints = len(chosen)
             print(f"{rid}: acquisition at step {acq}; the stage measures {n_checkpoints} checkpoints: {chosen}")
         step = args.step if args.step is not None else (chosen or manifest["steps"])[-1]
@@ -104,7 +105,7 @@ def main() -> None:
         model, source = GPT(cfg).to(device), "fresh initialisation (no checkpoints found)"
     order = np.random.default_rng(p.seed).permutation(len(prompt))
     seq = sequences(prompt[order], answer[order], device)
-    data = {"grad": seq[:p.grad_samples], "hessian": seq[:p.hessian_samples], "llc": seq[:p.llc_samples]}
+    data = {"grad": seq[:p.grad.samples], "hessian": seq[:p.hessian.samples], "llc": seq[:p.llc.samples]}
 
     hp = resolve_train_params(params, args.task, args.level)
     trainee = GPT(model.cfg).to(device)
@@ -120,18 +121,18 @@ def main() -> None:
     print(f"one training step (batch {len(batch)}): {step_s:.4f} CPU s ({step_wall:.4f} wall s)")
     print(f"{'measure':<14} {'CPU s':>9} {'wall s':>9} {'x training step':>16}   settings")
     settings = {
-        "grad": f"{p.grad_samples} per-example gradients, sketch_dim {p.sketch_dim}, two Gram matrices "
+        "grad": f"{p.grad.samples} per-example gradients, sketch_dim {p.grad.sketch_dim}, two Gram matrices "
                 "(grad_erank + gradcov_rank share them)",
-        "hessian": f"top {p.hessian_k} by Lanczos on {p.hessian_samples} examples, tol {p.hessian_tol}, "
-                   f"{p.hessian_repeats} start vector(s)",
-        "llc": f"{p.llc_chains} chains x {p.llc_draws} SGLD steps, batch {p.llc_batch}",
+        "hessian": f"top {p.hessian.k} by Lanczos on {p.hessian.samples} examples, tol {p.hessian.tol}, "
+                   f"{p.hessian.repeats} start vector(s)",
+        "llc": f"{p.llc.chains} chains x {p.llc.draws} SGLD steps, batch {p.llc.batch_size}",
     }
     names = {"grad": ["grad_erank", "gradcov_rank"], "hessian": ["hessian"], "llc": ["llc"]}
     total = total_wall = 0.0
     for key, measures in names.items():
         if not set(measures) & set(p.measures):
             continue
-        only = dataclasses.replace(p, measures=tuple(measures))
+        only = p.model_copy(update={"measures": list(measures)})
         seconds, wall = timed(lambda: measure_checkpoint(model, data, prompt_len, only), args.repeats)
         total, total_wall = total + seconds, total_wall + wall
         print(f"{key:<14} {seconds:>9.3f} {wall:>9.3f} {seconds / step_s:>16.1f}   {settings[key]}")
@@ -140,7 +141,7 @@ def main() -> None:
           "(plus loading and the first-call warm-up)")
     if args.stage:
         c, w = time.process_time(), time.perf_counter()
-        frame = landscape(args.task, args.level, args.model, args.seed, p, progress=False)
+        frame = landscape(args.task, args.level, args.model, args.seed, p, params.events, progress=False)
         print(f"stage on {rid}: {time.process_time() - c:.1f} CPU s ({time.perf_counter() - w:.1f} wall s) for "
               f"{len(frame)} checkpoints ({torch.get_num_threads()} thread(s), warm-up included)")
 

@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm import tqdm
 
 from stages import paths
@@ -58,92 +57,13 @@ from stages.measures.grad_rank import effective_rank_cap, gradient_effective_ran
 from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
-from stages.params import Params
+from stages.params import Events, Landscape
 from stages.runtime import pin_threads, set_threads
 from stages.training.device import resolve_device
 from stages.training.loop import answer_loss, sequences
 
 MEASURES = ("grad_erank", "gradcov_rank", "hessian", "llc")
 PLOT_COLUMNS = ("grad_erank", "gradcov_rank", "hessian_top1", "llc")
-MIN_RECORDED_DRAWS = 8  # draws after burn-in the stationarity check needs (two halves of >= 4)
-
-
-@dataclass(frozen=True)
-class LandscapeSettings:
-    """One run's ``landscape`` settings (plus the ``events`` acquisition rule it reads), flattened for the
-    measures: the schema has checked each key; :func:`landscape_params` adds the cross-key rules."""
-
-    measures: tuple[str, ...]
-    device: torch.device
-    threads: int
-    workers: int
-    max_checkpoints: int
-    after_acquisition: int
-    acquisition_threshold: float
-    acquisition_window: int
-    seed: int
-    grad_samples: int
-    grad_chunk: int
-    sketch_dim: int
-    cov_rtol: float
-    hessian_samples: int
-    hessian_k: int
-    hessian_tol: float
-    hessian_maxiter: int
-    hessian_repeats: int
-    llc_samples: int
-    llc_batch: int
-    llc_chains: int
-    llc_draws: int
-    llc_burn_in: int
-    llc_lr: float
-    llc_gamma: float
-    llc_nbeta: float | None  # None: auto
-    llc_max_drift: float
-
-
-def landscape_params(params: Params) -> LandscapeSettings:
-    """The ``landscape`` section (plus the ``events`` acquisition rule) as :class:`LandscapeSettings`,
-    after the rules that span keys; every error names its key."""
-    k, land = "landscape", params.landscape
-    p = LandscapeSettings(
-        measures=tuple(land.measures),
-        device=resolve_device(land.device, f"{k}.device"),
-        threads=land.threads,
-        workers=land.workers,
-        max_checkpoints=land.max_checkpoints,
-        after_acquisition=land.after_acquisition,
-        acquisition_threshold=params.events.acquisition_threshold,
-        acquisition_window=params.events.acquisition_window,
-        seed=land.seed,
-        grad_samples=land.grad.samples,
-        grad_chunk=land.grad.chunk,
-        sketch_dim=land.grad.sketch_dim,
-        cov_rtol=land.grad.cov_rtol,
-        hessian_samples=land.hessian.samples,
-        hessian_k=land.hessian.k,
-        hessian_tol=land.hessian.tol,
-        hessian_maxiter=land.hessian.maxiter,
-        hessian_repeats=land.hessian.repeats,
-        llc_samples=land.llc.samples,
-        llc_batch=land.llc.batch_size,
-        llc_chains=land.llc.chains,
-        llc_draws=land.llc.draws,
-        llc_burn_in=land.llc.burn_in,
-        llc_lr=land.llc.lr,
-        llc_gamma=land.llc.gamma,
-        llc_nbeta=None if land.llc.nbeta == "auto" else land.llc.nbeta,
-        llc_max_drift=land.llc.max_drift,
-    )
-    if p.llc_draws - p.llc_burn_in < MIN_RECORDED_DRAWS:
-        raise PipelineError(f"'{k}.llc.draws' ({p.llc_draws}) must exceed '{k}.llc.burn_in' ({p.llc_burn_in}) "
-                            f"by at least {MIN_RECORDED_DRAWS} (the stationarity check compares two halves of the "
-                            "recorded draws)")
-    if "gradcov_rank" in p.measures and p.grad_samples < 2:
-        raise PipelineError(f"'{k}.grad.samples' must be at least 2 for gradcov_rank")
-    return p
-
-
 def thin(steps: list[int], max_checkpoints: int) -> list[int]:
     """At most ``max_checkpoints`` of ``steps``, evenly spaced in checkpoint index (first and last
     kept, so the early log-spaced checkpoints stay denser); 0 keeps all."""
@@ -172,64 +92,67 @@ def choose_steps(steps, accuracy: dict[int, float], max_checkpoints: int, after_
     return thin(span, max_checkpoints), acq
 
 
-def measure_checkpoint(model, data: dict, prompt_len: int, p: LandscapeSettings) -> dict:
-    """All requested measures at one checkpoint; ``data`` holds the seeded sample tensors."""
+def measure_checkpoint(model, data: dict, prompt_len: int, p: Landscape) -> dict:
+    """All requested measures of ``p`` (the ``landscape`` section) at one checkpoint; ``data`` holds
+    the seeded sample tensors."""
     row: dict = {}
     loss = lambda m, rows: answer_loss(m, rows, prompt_len)  # noqa: E731
     if {"grad_erank", "gradcov_rank"} & set(p.measures):
-        grads = per_example_gradients(model, data["grad"], prompt_len, chunk=p.grad_chunk,
-                                      sketch_dim=p.sketch_dim, seed=p.seed)
+        grads = per_example_gradients(model, data["grad"], prompt_len, chunk=p.grad.chunk,
+                                      sketch_dim=p.grad.sketch_dim, seed=p.seed)
         n = grads.shape[0]
         if "grad_erank" in p.measures:
             row["grad_erank"] = gradient_effective_rank(gram=gram_matrix(grads))
             row["grad_erank_cap"] = effective_rank_cap(n, grads.shape[1])
         if "gradcov_rank" in p.measures:
-            rank = gradient_covariance_rank(rtol=p.cov_rtol, centred_gram=gram_matrix(grads, centre=True))
+            rank = gradient_covariance_rank(rtol=p.grad.cov_rtol, centred_gram=gram_matrix(grads, centre=True))
             cap = covariance_rank_cap(n)
             row.update(gradcov_rank=rank, gradcov_cap=cap, gradcov_saturated=bool(rank >= cap))
     if "hessian" in p.measures:
         vals, spread = hessian_top_eigenvalues_repeated(
-            model, lambda m: loss(m, data["hessian"]), k=p.hessian_k, tol=p.hessian_tol,
-            maxiter=p.hessian_maxiter, seed=p.seed, repeats=p.hessian_repeats)
+            model, lambda m: loss(m, data["hessian"]), k=p.hessian.k, tol=p.hessian.tol,
+            maxiter=p.hessian.maxiter, seed=p.seed, repeats=p.hessian.repeats)
         row.update({f"hessian_top{i + 1}": float(v) for i, v in enumerate(vals)})
         row["hessian_top1_spread"] = spread
-        floor = p.hessian_tol * abs(float(vals[0]))
+        floor = p.hessian.tol * abs(float(vals[0]))
         row["hessian_top1_noise"] = float(np.nanmax([spread, floor])) if np.isfinite(vals[0]) else float("nan")
     if "llc" in p.measures:
-        res = estimate_llc(model, loss, data["llc"], lr=p.llc_lr, gamma=p.llc_gamma, nbeta=p.llc_nbeta,
-                           chains=p.llc_chains, draws=p.llc_draws, burn_in=p.llc_burn_in,
-                           batch_size=p.llc_batch, seed=p.seed, max_drift=p.llc_max_drift)
+        llc = p.llc
+        res = estimate_llc(model, loss, data["llc"], lr=llc.lr, gamma=llc.gamma,
+                           nbeta=None if llc.nbeta == "auto" else llc.nbeta, chains=llc.chains, draws=llc.draws,
+                           burn_in=llc.burn_in, batch_size=llc.batch_size, seed=p.seed, max_drift=llc.max_drift)
         row.update(llc=res.llc, llc_std=res.llc_std, llc_chain_min=res.chain_min, llc_chain_max=res.chain_max,
                    **{f"llc_chain{c}": v for c, v in enumerate(res.per_chain)},
                    llc_drift=res.drift, llc_stationary=res.stationary, init_loss=res.init_loss)
     return row
 
 
-def landscape(task: str, level: str, model_name: str, seed: int, p: LandscapeSettings,
+def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, events: Events,
               progress: bool = True) -> pd.DataFrame:
-    """The landscape measures of run ``<task>-<level>-<model>-s<seed>`` (settings: :func:`landscape_params`)."""
+    """The landscape measures (``p``: the ``landscape`` section) of run ``<task>-<level>-<model>-s<seed>``,
+    at checkpoints up to ``landscape.after_acquisition`` past acquisition (``events``' rule)."""
     rid = run_id(task, level, model_name, seed)
     if p.threads:
         pin_threads(p.threads)
-    device = p.device
+    device = resolve_device(p.device, "landscape.device")
     ckpt_dir = paths.checkpoint_dir(rid)
     manifest = read_manifest(ckpt_dir)
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "train")
     order = np.random.default_rng(p.seed).permutation(len(prompt))
     seq = sequences(prompt[order], answer[order], device)
-    if p.hessian_k >= manifest.get("n_params", np.inf):
-        raise PipelineError(f"'landscape.hessian.k' ({p.hessian_k}) must be below the model's parameter count")
-    data = {"grad": seq[:p.grad_samples], "hessian": seq[:p.hessian_samples], "llc": seq[:p.llc_samples]}
+    if p.hessian.k >= manifest.get("n_params", np.inf):
+        raise PipelineError(f"'landscape.hessian.k' ({p.hessian.k}) must be below the model's parameter count")
+    data = {"grad": seq[:p.grad.samples], "hessian": seq[:p.hessian.samples], "llc": seq[:p.llc.samples]}
     acc = accuracy_by_step(rid)
     steps, _acq = choose_steps(manifest["steps"], acc, p.max_checkpoints, p.after_acquisition,
-                               p.acquisition_threshold, p.acquisition_window)
+                               events.acquisition_threshold, events.acquisition_window)
 
-    jobs = [(ckpt_dir, int(step), manifest, data, meta["prompt_len"], p) for step in steps]
+    jobs = [(ckpt_dir, int(step), manifest, data, meta["prompt_len"], p, device) for step in steps]
     workers = min(p.workers, len(jobs)) if device.type == "cpu" else 1
     rows = []
     bar = tqdm(total=len(jobs), desc=f"landscape {rid}", disable=not progress, mininterval=2)
-    with _pool(workers, p.threads) as pool:
-        for row in (pool.map(_measure_step, jobs) if pool else map(_measure_step, jobs)):
+    with checkpoint_map(workers, p.threads) as each:
+        for row in each(_measure_step, jobs):
             rows.append({"run": rid, "step": row["step"], "test_acc": acc.get(row["step"], np.nan),
                          "n_params": manifest.get("n_params"), **row})
             bar.update(1)
@@ -242,8 +165,8 @@ def _measure_step(job) -> dict:
     """One checkpoint's measures (``step`` first): the unit of work of :func:`landscape`. Every
     sample and chain is seeded by ``landscape.seed`` alone, so a checkpoint's row is the same
     whichever process measures it and in whatever order."""
-    ckpt_dir, step, manifest, data, prompt_len, p = job
-    model = load_model(ckpt_dir, step, manifest, p.device)
+    ckpt_dir, step, manifest, data, prompt_len, p, device = job
+    model = load_model(ckpt_dir, step, manifest, device)
     return {"step": step, **measure_checkpoint(model, data, prompt_len, p)}
 
 
@@ -252,23 +175,20 @@ def _worker_threads(threads: int) -> None:
         pin_threads(threads)
 
 
-class _pool:
-    """``landscape.workers`` spawned processes (each on ``landscape.threads`` torch threads), or
-    ``None`` for one worker: checkpoints are then measured here, one after the other."""
-
-    def __init__(self, workers: int, threads: int):
-        self.workers, self.threads, self.executor = workers, threads, None
-
-    def __enter__(self):
-        if self.workers > 1:  # spawn: a forked child would inherit torch's OpenMP pool in a broken state
-            self.executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_worker_threads, initargs=(self.threads,))
-        return self.executor
-
-    def __exit__(self, *exc):
-        if self.executor is not None:
-            self.executor.shutdown(cancel_futures=True)
-        return False
+@contextmanager
+def checkpoint_map(workers: int, threads: int):
+    """A ``map`` over checkpoints: the built-in one here for one worker, else that of ``workers``
+    spawned processes on ``threads`` torch threads each (0: torch's default). Results come in order."""
+    if workers <= 1:
+        yield map
+        return
+    # spawn: a forked child would inherit torch's OpenMP pool in a broken state
+    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_worker_threads, initargs=(threads,))
+    try:
+        yield executor.map
+    finally:
+        executor.shutdown(cancel_futures=True)
 
 
 def rankme_at(measures: pd.DataFrame, steps) -> pd.DataFrame:
@@ -306,7 +226,7 @@ def main(argv=None) -> None:
     rid = run_id(args.task, args.level, args.model, args.seed)
     params = load_typed_params(args.params)
     set_threads(params)  # a non-zero landscape.threads overrides it inside landscape()
-    frame = landscape(args.task, args.level, args.model, args.seed, landscape_params(params))
+    frame = landscape(args.task, args.level, args.model, args.seed, params.landscape, params.events)
     rankme = rankme_at(read_measures(paths.measures_file(rid)), frame["step"])
     with output_set():  # both tables or neither
         write_csv(frame, paths.landscape_file(rid))

@@ -704,9 +704,9 @@ class Pythia(Section):
 
 
 # landscape ---------------------------------------------------------------------------------
-# Both landscape sections were still being extended when this schema was written: a new key in
-# params.yaml needs its line here (unknown keys are errors), the cross-key rules (llc draws vs
-# burn_in, gradcov_rank's sample count, hessian.k vs the model size) stay in stages/landscape.py.
+# A new key in params.yaml needs its line here (unknown keys are errors). The cross-key rules are
+# validators of the section; the one that needs the model (hessian.k below its parameter count)
+# stays in stages/landscape.py.
 
 def _nbeta(value: Any) -> Union[str, float]:
     if value == "auto" and isinstance(value, str):
@@ -744,6 +744,9 @@ class LLC(Section):
     max_drift: PosFloat
 
 
+MIN_RECORDED_DRAWS = 8  # LLC draws after burn-in the stationarity check needs (two halves of >= 4)
+
+
 class Landscape(Section):
     measures: Annotated[list[str], _list(_one_of(LANDSCAPE_MEASURES), "landscape measures")]
     device: Device
@@ -755,6 +758,16 @@ class Landscape(Section):
     grad: Grad
     hessian: Hessian
     llc: LLC
+
+    @model_validator(mode="after")
+    def _enough(self):
+        if self.llc.draws - self.llc.burn_in < MIN_RECORDED_DRAWS:
+            raise _bad(f"({self.llc.draws}) must exceed 'landscape.llc.burn_in' ({self.llc.burn_in}) by at least "
+                       f"{MIN_RECORDED_DRAWS} (the stationarity check compares two halves of the recorded draws)",
+                       at="llc.draws")
+        if "gradcov_rank" in self.measures and self.grad.samples < 2:
+            raise _bad("must be at least 2 for gradcov_rank", at="grad.samples")
+        return self
 
 
 def _directions(value: Any) -> dict[str, str]:

@@ -13,7 +13,6 @@ from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.config import load_params, load_typed_params
 from stages.errors import PipelineError
-from stages.landscape import landscape_params
 from stages.params import validate_params
 
 RUN = ["--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"]
@@ -133,7 +132,7 @@ def test_bad_landscape_params_name_the_key(repo_params, key, value, message):
         node = node[part]
     node[leaf] = value
     with pytest.raises(PipelineError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        landscape_params(validate_params(params))  # the schema names the key; landscape_params the cross-key rules
+        validate_params(params)  # the schema names the key, the cross-key rules included
 
 
 def test_stage_errors_are_one_line(workdir, capsys):
