@@ -22,12 +22,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from stages.numerics import VARIABLES  # noqa: E402  (this parent computes nothing; each child pins or not)
 
 
 def child(preset: str, repeats: int, params_file: str) -> None:
-    sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import stages  # noqa: F401  first, as in a stage: it pins the paths before torch loads numpy's OpenBLAS
     import torch
 
     from machine_limits import grid_runs, median_seconds, random_sequences, trainer
@@ -54,7 +54,7 @@ def child(preset: str, repeats: int, params_file: str) -> None:
 
 
 def measure(native: bool, args) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE")}
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
     env["ANATOMY_CPU_PATHS"] = "native" if native else "pinned"
     out = subprocess.run([sys.executable, __file__, "--child", "--preset", args.preset, "--repeats", str(args.repeats),
                           "--params", args.params], env=env, cwd=ROOT, capture_output=True, text=True, check=True)

@@ -1,11 +1,11 @@
 """The CPU code paths every stage computes with, pinned so that other x86 machines write the same bits.
 
-MKL, torch's own kernels (ATen) and OpenBLAS (numpy, scipy, scikit-learn) each pick their kernels
+MKL, torch's own kernels (ATen), oneDNN (torch's GELU) and OpenBLAS (numpy, scipy, scikit-learn) each pick their kernels
 from the CPU's instruction set when they first run: on an AVX-512 machine the AVX-512 kernels, on
 another machine others, and each kernel rounds its sums in its own order. Unpinned, a newcomer's
 ``dvc repro`` on a different CPU writes different checkpoints from the first update on. MKL's gemm
 also split their sums by the number of threads it happened to use. :func:`pin_code_paths` (run by
-``stages/__init__.py`` before numpy or torch computes anything) pins all three to their AVX2
+``stages/__init__.py`` before numpy or torch computes anything) pins all four to their AVX2
 paths, which every x86 CPU since 2013 has:
 
 * ``MKL_CBWR=AVX2,STRICT``: MKL's conditional numerical reproducibility on its AVX2 branch; strict
@@ -13,6 +13,8 @@ paths, which every x86 CPU since 2013 has:
   Intel CPUs only (on others it falls back to its automatic choice; use ``COMPATIBLE`` there, about
   3x slower: ``benchmarks/pinned_paths_cost.py``).
 * ``ATEN_CPU_CAPABILITY=avx2``: torch's vectorised kernels at AVX2.
+* ``ONEDNN_MAX_CPU_ISA=AVX2``: oneDNN's JIT kernels (torch runs GELU's forward and backward there) at
+  AVX2; on AVX-512 they give other bits.
 * ``OPENBLAS_CORETYPE=Haswell``: OpenBLAS's AVX2 kernels, set only where the CPU has AVX2 and FMA
   (OpenBLAS would run the forced kernels even on a CPU without them).
 
@@ -33,7 +35,9 @@ from pathlib import Path
 OPT_OUT = "ANATOMY_CPU_PATHS"
 MKL_BRANCH = "AVX2,STRICT"
 TORCH_CAPABILITY = "avx2"
+ONEDNN_ISA = "AVX2"
 OPENBLAS_CORE = "Haswell"
+VARIABLES = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE")  # what may be set
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
@@ -67,7 +71,7 @@ def pinned_environment(machine: str, flags: set[str] | None) -> dict[str, str]:
     flags show AVX2 and FMA, because OpenBLAS does not check that the CPU can run it."""
     if machine.lower() not in ("x86_64", "amd64"):
         return {}
-    env = {"MKL_CBWR": MKL_BRANCH, "ATEN_CPU_CAPABILITY": TORCH_CAPABILITY}
+    env = {"MKL_CBWR": MKL_BRANCH, "ATEN_CPU_CAPABILITY": TORCH_CAPABILITY, "ONEDNN_MAX_CPU_ISA": ONEDNN_ISA}
     if flags is not None and {"avx2", "fma"} <= flags:
         env["OPENBLAS_CORETYPE"] = OPENBLAS_CORE
     return env
@@ -95,6 +99,7 @@ def in_effect() -> dict:
     return {"torch_cpu": torch.backends.cpu.get_cpu_capability(),
             "torch_blas": "mkl" if torch.backends.mkl.is_available() else "other",
             "mkl_cbwr": os.environ.get("MKL_CBWR", "AUTO"),
+            "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL"),
             "openblas": openblas,
             "cpu_vendor": cpu_vendor() or "unknown"}
 
@@ -110,6 +115,8 @@ def mismatches(effect: dict, pinned: dict[str, str]) -> list[str]:
         found.append(f"torch computes on {effect['torch_cpu']}, not {TORCH_CAPABILITY.upper()}")
     if effect["torch_blas"] == "mkl" and effect["mkl_cbwr"] != MKL_BRANCH:
         found.append(f"MKL on branch {effect['mkl_cbwr']}, not {MKL_BRANCH}")
+    if effect["onednn_max_isa"] != ONEDNN_ISA:
+        found.append(f"oneDNN up to {effect['onednn_max_isa']}, not {ONEDNN_ISA}")
     if effect["torch_blas"] == "mkl" and effect["cpu_vendor"] != "GenuineIntel":
         found.append(f"MKL ignores MKL_CBWR={MKL_BRANCH} on a {effect['cpu_vendor']} CPU")
     if effect["torch_blas"] != "mkl":

@@ -17,19 +17,20 @@ ROOT = Path(__file__).resolve().parents[1]
 FLAGS = cpu_flags()
 HAS_AVX2 = FLAGS is not None and {"avx2", "fma"} <= FLAGS
 ON_PINNED_MKL = HAS_AVX2 and torch.backends.mkl.is_available() and cpu_vendor() == "GenuineIntel"
-PIN_VARS = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE", numerics.OPT_OUT)
+PIN_VARS = (*numerics.VARIABLES, numerics.OPT_OUT)
 
-PINNED = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell"}
-ON_PINNED = {"torch_cpu": "AVX2", "torch_blas": "mkl", "mkl_cbwr": "AVX2,STRICT", "openblas": ["Haswell"],
-             "cpu_vendor": "GenuineIntel"}
+NO_OPENBLAS = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+PINNED = {**NO_OPENBLAS, "OPENBLAS_CORETYPE": "Haswell"}
+ON_PINNED = {"torch_cpu": "AVX2", "torch_blas": "mkl", "mkl_cbwr": "AVX2,STRICT", "onednn_max_isa": "AVX2",
+             "openblas": ["Haswell"], "cpu_vendor": "GenuineIntel"}
 
 
 def test_pinned_environment_per_cpu():
     assert pinned_environment("x86_64", {"sse2", "avx", "avx2", "fma", "avx512f"}) == PINNED
     assert pinned_environment("AMD64", {"avx2", "fma"}) == PINNED
     # no AVX2 (or unknown flags): OpenBLAS is left to choose, it would run forced kernels regardless
-    assert pinned_environment("x86_64", {"sse2", "avx"}) == {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2"}
-    assert pinned_environment("x86_64", None) == {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2"}
+    assert pinned_environment("x86_64", {"sse2", "avx"}) == NO_OPENBLAS
+    assert pinned_environment("x86_64", None) == NO_OPENBLAS
     assert pinned_environment("aarch64", {"asimd"}) == {}
     assert pinned_environment("arm64", None) == {}
 
@@ -57,10 +58,10 @@ def test_mismatches_name_each_path_that_differs():
         "torch computes on AVX512, not AVX2",
         "OpenBLAS on SkylakeX, not Haswell (numpy was imported before the stages package)"]
     assert mismatches({**ON_PINNED, "mkl_cbwr": "AUTO"}, PINNED) == ["MKL on branch AUTO, not AVX2,STRICT"]
+    assert mismatches({**ON_PINNED, "onednn_max_isa": "ALL"}, PINNED) == ["oneDNN up to ALL, not AVX2"]
     assert mismatches({**ON_PINNED, "cpu_vendor": "AuthenticAMD"}, PINNED) == [
         "MKL ignores MKL_CBWR=AVX2,STRICT on a AuthenticAMD CPU"]
-    no_avx2 = {k: v for k, v in PINNED.items() if k != "OPENBLAS_CORETYPE"}
-    assert mismatches({**ON_PINNED, "openblas": ["Sandybridge"]}, no_avx2) == [
+    assert mismatches({**ON_PINNED, "openblas": ["Sandybridge"]}, NO_OPENBLAS) == [
         "OpenBLAS on the CPU's own kernels (no AVX2 and FMA found)"]
     assert mismatches({**ON_PINNED, "torch_blas": "other"}, PINNED) == ["torch's BLAS is not MKL"]
     assert len(mismatches(ON_PINNED, {})) == 1  # opted out or not x86: always said
@@ -103,3 +104,15 @@ def test_gemm_is_the_same_on_one_and_two_threads():
             "torch.set_num_threads(1); one = a @ b; torch.set_num_threads(2); two = a @ b; "
             "print(int((one != two).sum()))")
     assert _python(code).stdout.strip() == "0"
+
+
+@pytest.mark.skipif(not ON_PINNED_MKL, reason="the pinned paths need an Intel x86 CPU with AVX2")
+def test_gelu_runs_oneDNN_avx2_kernels():
+    """torch's GELU runs on oneDNN's JIT kernels, whose bits differ between AVX2 and AVX-512; importing
+    the stages package caps them at AVX2 (oneDNN's verbose log names the kernel it ran)."""
+    code = ("import stages, torch; x = torch.randn(64, 512, requires_grad=True); "
+            "torch.nn.functional.gelu(x).sum().backward()")
+    log = _python(code, ONEDNN_VERBOSE="1").stdout
+    kernels = {part for line in log.splitlines() if ",primitive,exec,cpu,eltwise," in line
+               for part in line.split(",") if part.startswith("jit:")}
+    assert kernels == {"jit:avx2"}, log[-2000:]
