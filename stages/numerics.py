@@ -20,7 +20,8 @@ paths, which every x86 CPU since 2013 has:
 
 The cost is measured, not guessed: ``benchmarks/pinned_paths_cost.py`` prints the training step's
 time with the pinned paths against the CPU's own. ``ANATOMY_CPU_PATHS=native`` in the environment
-leaves every library to its own choice (faster on AVX-512, not reproducible elsewhere); the run
+leaves every library to its own choice (faster on AVX-512, not reproducible elsewhere), as does
+importing numpy or torch before this package; the run
 manifests record which paths were in effect (:func:`in_effect`), and a stage prints one warning
 line when they differ from the pinned ones (:func:`mismatches`).
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 
 OPT_OUT = "ANATOMY_CPU_PATHS"
@@ -77,12 +79,18 @@ def pinned_environment(machine: str, flags: set[str] | None) -> dict[str, str]:
     return env
 
 
-def pin_code_paths(environ=None) -> dict[str, str]:
-    """Set the pinned environment in ``environ`` (default ``os.environ``) unless ``ANATOMY_CPU_PATHS``
-    is ``native``; return what was set. Takes effect only before numpy loads OpenBLAS and before
-    torch's first kernel; child processes (landscape workers, DVC's stage commands) inherit it."""
+def pin_code_paths(environ=None, loaded=None) -> dict[str, str]:
+    """Set the pinned environment in ``environ`` (default ``os.environ``) and return what was set.
+
+    Nothing is set when ``ANATOMY_CPU_PATHS`` is ``native``, or when numpy or torch is already among
+    the ``loaded`` modules (default ``sys.modules``): the paths take effect only before numpy loads
+    OpenBLAS and before torch's first kernel, so pinning then would be partial, and a script that
+    imported torch before the monitor (stages.monitor) keeps its own paths. A stage
+    (``python -m stages.<name>``) imports this package before anything else. Child processes
+    (landscape workers, DVC's stage commands) inherit the environment."""
     environ = os.environ if environ is None else environ
-    if environ.get(OPT_OUT, "").lower() == "native":
+    loaded = sys.modules if loaded is None else loaded
+    if environ.get(OPT_OUT, "").lower() == "native" or "numpy" in loaded or "torch" in loaded:
         return {}
     env = pinned_environment(platform.machine(), cpu_flags())
     environ.update(env)
@@ -109,7 +117,8 @@ def mismatches(effect: dict, pinned: dict[str, str]) -> list[str]:
     (:func:`pinned_environment`): one phrase each, empty when the run computes on the pinned paths.
     Without a pinned environment (not x86, or opted out) the paths are the machine's own."""
     if not pinned:
-        return ["the CPU's own code paths (not pinned: not x86, or ANATOMY_CPU_PATHS=native)"]
+        return ["the CPU's own code paths (not pinned: not x86, ANATOMY_CPU_PATHS=native, or numpy or torch "
+                "imported before the stages package)"]
     found = []
     if effect["torch_cpu"].lower() != TORCH_CAPABILITY:
         found.append(f"torch computes on {effect['torch_cpu']}, not {TORCH_CAPABILITY.upper()}")
@@ -125,5 +134,5 @@ def mismatches(effect: dict, pinned: dict[str, str]) -> list[str]:
         found.append("OpenBLAS on the CPU's own kernels (no AVX2 and FMA found)")
     elif any(arch != OPENBLAS_CORE for arch in effect["openblas"]):
         found.append(f"OpenBLAS on {', '.join(effect['openblas'])}, not {OPENBLAS_CORE} "
-                     "(numpy was imported before the stages package)")
+                     "(OPENBLAS_CORETYPE set after numpy loaded)")
     return found
