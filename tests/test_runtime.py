@@ -101,3 +101,12 @@ def test_check_reproducible_script_is_valid_bash():
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
     assert "git clone" in text and "git status --porcelain dvc.lock metrics plots" in text and "Main job" in text
+
+
+def test_rerun_outcomes_script_checks_its_arguments():
+    script = ROOT / "scripts" / "rerun_outcomes.sh"
+    assert script.stat().st_mode & 0o111
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    done = subprocess.run([str(script), "copy", "easy"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "usage: scripts/rerun_outcomes.sh TASK LEVEL MODEL SEED N"
