@@ -42,28 +42,27 @@ OPENBLAS_CORE = "Haswell"
 VARIABLES = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE")  # what may be set
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
-    """The instruction-set flags of the first CPU in ``cpuinfo`` (Linux), or None where unknown."""
+def _cpuinfo_field(name: str, cpuinfo: Path) -> str | None:
+    """The value of the first ``name`` line in ``cpuinfo`` (Linux), or None where unknown."""
     try:
         text = cpuinfo.read_text()
     except OSError:
         return None
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.partition(":")[2].split())
+        if line.startswith(name):
+            return line.partition(":")[2].strip()
     return None
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    """The instruction-set flags of the first CPU in ``cpuinfo`` (Linux), or None where unknown."""
+    flags = _cpuinfo_field("flags", cpuinfo)
+    return None if flags is None else set(flags.split())
 
 
 def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     """``GenuineIntel``, ``AuthenticAMD``, ... from ``cpuinfo`` (Linux), or None where unknown."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("vendor_id"):
-            return line.partition(":")[2].strip()
-    return None
+    return _cpuinfo_field("vendor_id", cpuinfo)
 
 
 def pinned_environment(machine: str, flags: set[str] | None) -> dict[str, str]:
