@@ -19,7 +19,6 @@ from tqdm import tqdm
 from stages.io.atomic import atomic_path, write_text
 from stages.io.checkpoints import save_state, step_file
 from stages.models.gpt import GPT
-from stages.training.head_grad import head_grad_on_one_thread
 from stages.training.precision import autocast
 from stages.training.schedule import lr_at
 
@@ -96,13 +95,11 @@ def update(model: GPT, opt: torch.optim.Optimizer, batch: torch.Tensor, prompt_l
            precision: str = "fp32") -> torch.Tensor:
     """One training update on ``batch``: answer loss (under ``precision``'s autocast), backward,
     gradient-norm clipping at ``grad_clip`` (0 = none), optimiser step. Returns the loss tensor.
-    The update of :func:`train`; the benchmarks time this same function. On a CPU the tied head's
-    weight gradient runs on one thread (:mod:`stages.training.head_grad`)."""
-    with head_grad_on_one_thread(model.head, enabled=batch.device.type == "cpu"):
-        with autocast(batch.device, precision):
-            loss = answer_loss(model, batch, prompt_len)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+    The update of :func:`train`; the benchmarks time this same function."""
+    with autocast(batch.device, precision):
+        loss = answer_loss(model, batch, prompt_len)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
     if grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     opt.step()
