@@ -22,35 +22,6 @@ class GPTConfig:
         return asdict(self)
 
 
-class TiedHeadGrad64(torch.autograd.Function):
-    """``h @ W^T`` (the head's logits) whose weight gradient ``dlogits^T @ h`` is summed in float64
-    and rounded once to ``W``'s dtype.
-
-    In float32 that product's bits depend on the order the BLAS sums the answer tokens in (K up to
-    a few thousand), and three train runs on the pinned paths have taken another order for a block
-    of its output, whatever the thread count (README, "CPU code paths"). Summed in float64, the
-    orders round to the same float32 but for near-ties (none of copy-easy's 2432 entries changed
-    under five orders where float32 changed 73-78% of them; tests/test_head_grad64.py).
-    The gradient of ``h`` and the forward are those of ``F.linear``. Used by the training update on
-    CPU in fp32 (:func:`stages.training.loop.update`); not under ``vmap`` or double backward.
-    """
-
-    @staticmethod
-    def forward(ctx, h, weight):
-        ctx.save_for_backward(h, weight)
-        return F.linear(h, weight)
-
-    @staticmethod
-    def backward(ctx, grad):
-        h, weight = ctx.saved_tensors
-        grad_h = grad.matmul(weight) if ctx.needs_input_grad[0] else None
-        grad_w = None
-        if ctx.needs_input_grad[1]:
-            rows = grad.reshape(-1, grad.shape[-1]).double()
-            grad_w = (rows.T @ h.reshape(-1, h.shape[-1]).double()).to(weight.dtype)
-        return grad_h, grad_w
-
-
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -122,11 +93,9 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx, hidden_states: bool = False, start: int = 0, head_grad64: bool = False):
+    def forward(self, idx, hidden_states: bool = False, start: int = 0):
         """Logits ``[b, t, vocab]``; with ``hidden_states`` also the residual stream after the
         embedding and after every block (``n_layer + 1`` tensors of ``[b, t, d]``).
-
-        ``head_grad64``: the head's weight gradient is summed in float64 (:class:`TiedHeadGrad64`).
 
         ``start > 0``: logits of positions ``start..t-1`` only, ``[b, t - start, vocab]``. The last
         block then computes only those positions (earlier blocks must still compute every position,
@@ -145,6 +114,5 @@ class GPT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, start if i == len(self.blocks) - 1 else 0)
             states.append(x)
-        h = self.ln_f(x)
-        logits = TiedHeadGrad64.apply(h, self.head.weight) if head_grad64 else self.head(h)
+        logits = self.head(self.ln_f(x))
         return (logits, states) if hidden_states else logits

@@ -52,14 +52,14 @@ def sequences(prompt: np.ndarray, answer: np.ndarray, device) -> torch.Tensor:
     return torch.as_tensor(np.concatenate([prompt, answer], axis=1), dtype=torch.long, device=device)
 
 
-def answer_logits(model: GPT, seq: torch.Tensor, prompt_len: int, head_grad64: bool = False) -> torch.Tensor:
+def answer_logits(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
     """Logits predicting each answer token: positions ``prompt_len-1 .. end-1`` (the last block
     and the head compute those positions only; see :meth:`GPT.forward`)."""
-    return model(seq[:, :-1], start=prompt_len - 1, head_grad64=head_grad64)
+    return model(seq[:, :-1], start=prompt_len - 1)
 
 
-def answer_loss(model: GPT, seq: torch.Tensor, prompt_len: int, head_grad64: bool = False) -> torch.Tensor:
-    logits = answer_logits(model, seq, prompt_len, head_grad64)
+def answer_loss(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
+    logits = answer_logits(model, seq, prompt_len)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seq[:, prompt_len:].reshape(-1))
 
 
@@ -95,11 +95,9 @@ def update(model: GPT, opt: torch.optim.Optimizer, batch: torch.Tensor, prompt_l
            precision: str = "fp32") -> torch.Tensor:
     """One training update on ``batch``: answer loss (under ``precision``'s autocast), backward,
     gradient-norm clipping at ``grad_clip`` (0 = none), optimiser step. Returns the loss tensor.
-    The update of :func:`train`; the benchmarks time this same function. On a CPU in fp32 the tied
-    head's weight gradient is summed in float64 (:class:`stages.models.gpt.TiedHeadGrad64`), so that
-    its bits do not depend on the order the BLAS sums the batch in."""
+    The update of :func:`train`; the benchmarks time this same function."""
     with autocast(batch.device, precision):
-        loss = answer_loss(model, batch, prompt_len, head_grad64=batch.device.type == "cpu" and precision == "fp32")
+        loss = answer_loss(model, batch, prompt_len)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if grad_clip:
