@@ -18,6 +18,17 @@ paths, which every x86 CPU since 2013 has:
 * ``OPENBLAS_CORETYPE=Haswell``: OpenBLAS's AVX2 kernels, set only where the CPU has AVX2 and FMA
   (OpenBLAS would run the forced kernels even on a CPU without them).
 
+One more thing decides bits, run to run on the same machine: torch sends float ``sqrt``, ``exp``,
+``log``, ``erf``, ``tanh``, ... on contiguous tensors to MKL's vector-math library (VML), one call per
+intra-op thread on its chunk, and MKL picks each VML function's kernel lazily, on that function's
+first call. When that first call comes from two threads at once, one thread can run a low-accuracy
+kernel for its whole chunk of that one call (pytorch/pytorch#188792; oneMKL 2024.x, the build torch
+2.13.0 carries). Here that call was AdamW's ``exp_avg_sq.sqrt()`` on the tied embedding at the first
+update (2432 entries: above the 2048 at which those kernels split over threads), so now and then,
+more often under load, one half of the embedding took other bits from update 1 on.
+:func:`warm_vector_math`, run by ``stages.runtime.pin_threads`` in every stage process before it
+computes, makes each of those first calls on one element, on one thread.
+
 The cost is measured, not guessed: ``benchmarks/pinned_paths_cost.py`` prints the training step's
 time with the pinned paths against the CPU's own. ``ANATOMY_CPU_PATHS=native`` in the environment
 leaves every library to its own choice (faster on AVX-512, not reproducible elsewhere), as does
@@ -135,3 +146,26 @@ def mismatches(effect: dict, pinned: dict[str, str]) -> list[str]:
         found.append(f"OpenBLAS on {', '.join(effect['openblas'])}, not {OPENBLAS_CORE} "
                      "(OPENBLAS_CORETYPE set after numpy loaded)")
     return found
+
+
+# torch's CPU kernels that call MKL's vector-math library (VML) on contiguous float tensors: the
+# IMPLEMENT_VML_MKL list of aten/src/ATen/cpu/vml.h, by their torch names.
+VML_FUNCTIONS = ("acos", "asin", "atan", "cos", "erf", "erfc", "erfinv", "exp", "log", "log10", "log2",
+                 "sin", "sqrt", "tan", "tanh", "trunc")
+
+
+def warm_vector_math() -> list[str]:
+    """Make the first call of every VML function torch uses, in float32 and float64, on one element
+    (so on the calling thread alone), and return the names called.
+
+    MKL resolves a VML function's kernel on its first call; when that call comes from several
+    intra-op threads at once, one of them can run a low-accuracy kernel for its chunk
+    (pytorch/pytorch#188792). After this, every later call finds its kernel resolved. Values are
+    computed and thrown away; nothing else in the process changes."""
+    import torch
+
+    for dtype in (torch.float32, torch.float64):
+        one = torch.full((1,), 0.5, dtype=dtype)  # inside every function's domain (acos, erfinv, log)
+        for name in VML_FUNCTIONS:
+            getattr(torch, name)(one)
+    return list(VML_FUNCTIONS)

@@ -16,7 +16,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 import stages
-from stages.numerics import in_effect, mismatches
+from stages.numerics import in_effect, mismatches, warm_vector_math
 from stages.params import Params
 
 
@@ -38,7 +38,10 @@ def set_threads(params: Params) -> int:
 
 
 def pin_threads(threads: int) -> int:
-    """Torch's intra-op threads and the BLAS threads of numpy/scipy, process-wide, to ``threads``."""
+    """Torch's intra-op threads and the BLAS threads of numpy/scipy, process-wide, to ``threads``;
+    and MKL's vector-math kernels resolved on this thread before any call splits over threads
+    (:func:`stages.numerics.warm_vector_math`)."""
     torch.set_num_threads(threads)
     threadpool_limits(limits=threads, user_api="blas")  # applied now, kept for the process
+    warm_vector_math()
     return threads

@@ -2,6 +2,7 @@
 sets it before numpy and torch compute, and that MKL's strict branch makes gemm thread-count free."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,72 @@ def test_gelu_runs_oneDNN_avx2_kernels():
     kernels = {part for line in log.splitlines() if ",primitive,exec,cpu,eltwise," in line
                for part in line.split(",") if part.startswith("jit:")}
     assert kernels == {"jit:avx2"}, log[-2000:]
+
+
+def test_warm_vector_math_makes_each_first_call_on_one_element(monkeypatch):
+    """Every function of the VML list is called once per precision, on one element (so on the
+    calling thread alone: torch splits those kernels over threads only above 2048 elements)."""
+    calls = []
+    for name in numerics.VML_FUNCTIONS:
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda x, _n=name, _f=real: calls.append((_n, x.dtype, x.numel())) or _f(x))
+    assert numerics.warm_vector_math() == list(numerics.VML_FUNCTIONS)
+    assert sorted(calls, key=str) == sorted([(n, d, 1) for n in numerics.VML_FUNCTIONS
+                                             for d in (torch.float32, torch.float64)], key=str)
+
+
+def test_pin_threads_warms_vector_math(monkeypatch):
+    """Every stage process pins its threads (stages.runtime), and with them resolves MKL's kernels."""
+    import stages.runtime as runtime
+    seen = []
+    monkeypatch.setattr(runtime, "warm_vector_math", lambda: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    try:
+        runtime.pin_threads(2)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2]
+
+
+# The first calls of MKL's vector-math functions in a training process, seen from gdb: every function
+# a training update calls must have had its first call in the warm-up (pytorch/pytorch#188792).
+GDB = shutil.which("gdb")
+UPDATE = """
+import stages, sys, torch
+from stages.runtime import pin_threads
+from stages.models.gpt import GPT, GPTConfig
+from stages.training.loop import make_optimizer, update
+pin_threads(2)
+print("PHASE update", flush=True)
+torch.manual_seed(0)
+model = GPT(GPTConfig(vocab_size=19, block_size=16, n_layer=2, n_head=4, d_model=128))
+opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.98))
+batch = torch.randint(0, 19, (8, 16))
+for _ in range(2):
+    update(model, opt, batch, 8, 1.0)
+print("PHASE done", flush=True)
+"""
+
+
+@pytest.mark.skipif(GDB is None or not torch.backends.mkl.is_available(), reason="needs gdb and torch on MKL")
+def test_a_training_update_calls_only_warmed_vector_math(tmp_path):
+    names = [f"vm{t}{f}" for f in ("Acos", "Asin", "Atan", "Cos", "Erf", "Erfc", "ErfInv", "Exp", "Ln", "Log10",
+                                   "Log2", "Sin", "Sqrt", "Tan", "Tanh", "Trunc", "Expm1", "Log1p", "Abs")
+             for t in ("s", "d")]
+    script = ["set breakpoint pending on", "set pagination off"]
+    for name in names:
+        script += [f"break {name}", "commands", "silent", f'printf "VML {name}\\n"', "continue", "end"]
+    (tmp_path / "gdb.cmd").write_text("\n".join(script + ["run"]) + "\n")
+    (tmp_path / "update.py").write_text(UPDATE)
+    out = subprocess.run([GDB, "-q", "-batch", "-x", str(tmp_path / "gdb.cmd"), "--args", sys.executable,
+                          str(tmp_path / "update.py")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    phase, seen = "warm", {"warm": set(), "update": set()}
+    for line in out.stdout.splitlines():
+        if line.startswith("PHASE "):
+            phase = line.split()[1]
+        elif line.startswith("VML ") and phase in seen:
+            seen[phase].add(line.split()[1])
+    assert phase == "done", out.stdout[-2000:] + out.stderr[-2000:]
+    assert len(seen["warm"]) == 2 * len(numerics.VML_FUNCTIONS)  # each listed function is a VML call
+    assert "vmsSqrt" in seen["update"]  # AdamW's denominator
+    assert seen["update"] <= seen["warm"]
