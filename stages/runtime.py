@@ -10,12 +10,11 @@ they are not in effect.
 """
 from __future__ import annotations
 
-import sys
-
 import torch
 from threadpoolctl import threadpool_limits
 
 import stages
+from stages.errors import warn_on_success
 from stages.numerics import in_effect, mismatches, warm_vector_math
 from stages.params import Params
 
@@ -25,15 +24,16 @@ def set_threads(params: Params) -> int:
     and return it.
 
     Called first thing in each stage's ``main``; a stage-specific setting applied later (such as
-    ``landscape.threads`` when non-zero) overrides it. Prints one warning line to stderr when the
-    process does not compute on the pinned CPU code paths (:func:`stages.numerics.mismatches`):
-    its results will differ in the last bits from the committed ones.
+    ``landscape.threads`` when non-zero) overrides it. Warns in one line when the process does not
+    compute on the pinned CPU code paths (:func:`stages.numerics.mismatches`): its results will differ
+    in the last bits from the committed ones. The line follows the stage's output
+    (:func:`stages.errors.warn_on_success`), so a report of bad input stays one line on any CPU.
     """
     threads = pin_threads(params.runtime.threads)
     found = mismatches(in_effect(), stages.CPU_PATHS)
     if found:
-        print(f"warning: {'; '.join(found)}: results will differ in the last bits from a run on the pinned "
-              "CPU code paths (stages/numerics.py)", file=sys.stderr)
+        warn_on_success(f"warning: {'; '.join(found)}: results will differ in the last bits from a run on the "
+                        "pinned CPU code paths (stages/numerics.py)")
     return threads
 
 

@@ -1,6 +1,7 @@
 """``runtime.threads``: one validated setting, applied by every computing stage, tracked by DVC."""
 import ast
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,37 @@ def test_set_threads(keep_threads, repo_params):
     assert blas_threads() == {3}  # numpy/scipy BLAS too: OpenBLAS would start one thread per core
     assert set_threads(with_runtime(repo_params, {"threads": 1})) == 1 and torch.get_num_threads() == 1
     assert blas_threads() == {1}
+
+
+PATHS_WARNING = ("warning: MKL ignores MKL_CBWR=AVX2,STRICT on a AuthenticAMD CPU: results will differ in the last "
+                 "bits from a run on the pinned CPU code paths (stages/numerics.py)")
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_paths_warning_follows_the_output_and_not_bad_input(keep_threads, repo_params, monkeypatch, capsys, fails):
+    """Off the pinned CPU code paths a stage warns once, after its output; a report of bad input stays one line."""
+    import stages.runtime
+    from stages.errors import main_guard
+
+    monkeypatch.setattr(stages.runtime, "mismatches", lambda effect, pinned: [
+        "MKL ignores MKL_CBWR=AVX2,STRICT on a AuthenticAMD CPU"])
+
+    @main_guard
+    def main():
+        set_threads(with_runtime(repo_params, {"threads": 1}))
+        print("computed", file=sys.stderr)
+        if fails:
+            raise PipelineError("missing table: data/x.csv")
+
+    if fails:
+        with pytest.raises(SystemExit):
+            main()
+        assert capsys.readouterr().err == "computed\nerror: missing table: data/x.csv\n"
+    else:
+        main()
+        assert capsys.readouterr().err == f"computed\n{PATHS_WARNING}\n"
+    set_threads(with_runtime(repo_params, {"threads": 1}))  # outside a stage's main: at once
+    assert capsys.readouterr().err == f"{PATHS_WARNING}\n"
 
 
 @pytest.mark.parametrize("runtime", [..., {}, {"threads": 0}, {"threads": -2}, {"threads": "2"}, {"threads": 1.5},
