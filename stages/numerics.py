@@ -5,20 +5,25 @@ from the CPU's instruction set when they first run: on an AVX-512 machine the AV
 another machine others, and each kernel rounds its sums in its own order. Unpinned, a newcomer's
 ``dvc repro`` on a different CPU writes different checkpoints from the first update on. MKL's gemm
 also split their sums by the number of threads it happened to use. :func:`pin_code_paths` (run by
-``stages/__init__.py`` before numpy or torch computes anything) pins all four to their AVX2
-paths, which every x86 CPU since 2013 has:
+``stages/__init__.py`` before numpy or torch computes anything) pins all four to paths that every
+x86 CPU since 2013 has, whoever made it:
 
-* ``MKL_CBWR=AVX2,STRICT``: MKL's conditional numerical reproducibility on its AVX2 branch; strict
-  mode makes gemm bit-identical whatever number of threads it runs on. MKL honours the branch on
-  Intel CPUs only (on others it falls back to its automatic choice; use ``COMPATIBLE`` there, about
-  3x slower: ``benchmarks/pinned_paths_cost.py``).
+* ``MKL_CBWR=COMPATIBLE``: MKL's conditional numerical reproducibility on its one SSE2 code path
+  without the approximation instructions (rcpps, rsqrtps) that differ between vendors: the only
+  branch MKL honours on non-Intel CPUs (it falls back to its automatic choice for ``AVX2`` there).
+  It is about 2-2.5x slower on the training step than the AVX2 branch
+  (``benchmarks/pinned_paths_cost.py``). Its gemm still splits sums by thread (``STRICT`` does not
+  apply to it), so the thread count is pinned too: ``runtime.threads``.
 * ``ATEN_CPU_CAPABILITY=avx2``: torch's vectorised kernels at AVX2.
 * ``ONEDNN_MAX_CPU_ISA=AVX2``: oneDNN's JIT kernels (torch runs GELU's forward and backward there) at
   AVX2; on AVX-512 they give other bits.
 * ``OPENBLAS_CORETYPE=Haswell``: OpenBLAS's AVX2 kernels, set only where the CPU has AVX2 and FMA
   (OpenBLAS would run the forced kernels even on a CPU without them).
+* ``NPY_DISABLE_CPU_FEATURES``: numpy's own SIMD loops no higher than AVX2 (x86-64-v3). numpy picks
+  them per CPU feature (AVX-512, Ice Lake's, Sapphire Rapids'), and its float64 ``exp`` and ``log``
+  (and float32 ``log2``, ``expm1``, ``power``, ...) give other bits on the AVX-512 ones.
 
-One more thing decides bits, run to run on the same machine: torch sends float ``sqrt``, ``exp``,
+Two more things decide bits. Torch sends float ``sqrt``, ``exp``,
 ``log``, ``erf``, ``tanh``, ... on contiguous tensors to MKL's vector-math library (VML), one call per
 intra-op thread on its chunk, and MKL picks each VML function's kernel lazily, on that function's
 first call. When that first call comes from two threads at once, one thread can run a low-accuracy
@@ -27,7 +32,15 @@ kernel for its whole chunk of that one call (pytorch/pytorch#188792; oneMKL 2024
 update (2432 entries: above the 2048 at which those kernels split over threads), so now and then,
 more often under load, one half of the embedding took other bits from update 1 on.
 :func:`warm_vector_math`, run by ``stages.runtime.pin_threads`` in every stage process before it
-computes, makes each of those first calls on one element, on one thread.
+computes, makes each of those first calls on one element, on one thread. And VML's kernels differ by
+vendor under every branch (``vmsSqrt`` on an AMD EPYC is not correctly rounded in about 16% of
+entries, where on Intel it matched exact square roots), so no stage sends its data there: the
+optimisers run fused (``torch.optim.AdamW(fused=True)``: its square roots are the CPU's IEEE
+instruction), RankMe's entropy is taken as a product of powers and ``mean_dominance``'s root as a
+norm (stages/measures/rankme.py), the small GPT's GELU and loss take their second derivatives
+without ``exp`` (stages/models/vendor_neutral_ops.py) and the GPT-NeoX rotary tables come from numpy
+(stages/pythia/rotary.py). ``tests/test_numerics.py`` runs a training update of each model and a
+Hessian-vector product under gdb and asserts that none calls VML.
 
 The cost is measured, not guessed: ``benchmarks/pinned_paths_cost.py`` prints the training step's
 time with the pinned paths against the CPU's own. ``ANATOMY_CPU_PATHS=native`` in the environment
@@ -46,11 +59,15 @@ import sys
 from pathlib import Path
 
 OPT_OUT = "ANATOMY_CPU_PATHS"
-MKL_BRANCH = "AVX2,STRICT"
+MKL_BRANCH = "COMPATIBLE"
 TORCH_CAPABILITY = "avx2"
 ONEDNN_ISA = "AVX2"
 OPENBLAS_CORE = "Haswell"
-VARIABLES = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE")  # what may be set
+# numpy's dispatch targets above x86-64-v3, by numpy 2.4's names and by the older ones (unknown names are ignored)
+NUMPY_DISABLED = ("X86_V4 AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL "
+                  "AVX512_SPR AVX512_FP16")
+VARIABLES = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE",
+             "NPY_DISABLE_CPU_FEATURES")  # what may be set
 
 
 def _cpuinfo_field(name: str, cpuinfo: Path) -> str | None:
@@ -71,11 +88,6 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
     return None if flags is None else set(flags.split())
 
 
-def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
-    """``GenuineIntel``, ``AuthenticAMD``, ... from ``cpuinfo`` (Linux), or None where unknown."""
-    return _cpuinfo_field("vendor_id", cpuinfo)
-
-
 def pinned_environment(machine: str, flags: set[str] | None) -> dict[str, str]:
     """The environment that pins the code paths on a CPU of architecture ``machine`` with ``flags``.
 
@@ -83,7 +95,8 @@ def pinned_environment(machine: str, flags: set[str] | None) -> dict[str, str]:
     flags show AVX2 and FMA, because OpenBLAS does not check that the CPU can run it."""
     if machine.lower() not in ("x86_64", "amd64"):
         return {}
-    env = {"MKL_CBWR": MKL_BRANCH, "ATEN_CPU_CAPABILITY": TORCH_CAPABILITY, "ONEDNN_MAX_CPU_ISA": ONEDNN_ISA}
+    env = {"MKL_CBWR": MKL_BRANCH, "ATEN_CPU_CAPABILITY": TORCH_CAPABILITY, "ONEDNN_MAX_CPU_ISA": ONEDNN_ISA,
+           "NPY_DISABLE_CPU_FEATURES": NUMPY_DISABLED}
     if flags is not None and {"avx2", "fma"} <= flags:
         env["OPENBLAS_CORETYPE"] = OPENBLAS_CORE
     return env
@@ -119,7 +132,16 @@ def in_effect() -> dict:
             "mkl_cbwr": os.environ.get("MKL_CBWR", "AUTO"),
             "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL"),
             "openblas": openblas,
-            "cpu_vendor": cpu_vendor() or "unknown"}
+            "numpy_simd": numpy_simd()}
+
+
+def numpy_simd() -> list[str]:
+    """numpy's dispatch targets that are in use in this process (``numpy.show_runtime`` lists them)."""
+    try:
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:  # numpy 1.x
+        from numpy.core import _multiarray_umath as umath
+    return [name for name in umath.__cpu_dispatch__ if umath.__cpu_features__.get(name)]
 
 
 def mismatches(effect: dict, pinned: dict[str, str]) -> list[str]:
@@ -136,8 +158,6 @@ def mismatches(effect: dict, pinned: dict[str, str]) -> list[str]:
         found.append(f"MKL on branch {effect['mkl_cbwr']}, not {MKL_BRANCH}")
     if effect["onednn_max_isa"] != ONEDNN_ISA:
         found.append(f"oneDNN up to {effect['onednn_max_isa']}, not {ONEDNN_ISA}")
-    if effect["torch_blas"] == "mkl" and effect["cpu_vendor"] != "GenuineIntel":
-        found.append(f"MKL ignores MKL_CBWR={MKL_BRANCH} on a {effect['cpu_vendor']} CPU")
     if effect["torch_blas"] != "mkl":
         found.append("torch's BLAS is not MKL")
     if "OPENBLAS_CORETYPE" not in pinned:
@@ -145,6 +165,9 @@ def mismatches(effect: dict, pinned: dict[str, str]) -> list[str]:
     elif any(arch != OPENBLAS_CORE for arch in effect["openblas"]):
         found.append(f"OpenBLAS on {', '.join(effect['openblas'])}, not {OPENBLAS_CORE} "
                      "(OPENBLAS_CORETYPE set after numpy loaded)")
+    above = [name for name in effect["numpy_simd"] if name in NUMPY_DISABLED.split()]
+    if above:
+        found.append(f"numpy's SIMD loops on {', '.join(above)} (NPY_DISABLE_CPU_FEATURES set after numpy loaded)")
     return found
 
 

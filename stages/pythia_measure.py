@@ -43,6 +43,7 @@ from stages.pythia import evalsets, hub, scoring
 from stages.pythia.grammar import GENERATORS
 from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
 from stages.pythia.settings import pythia_run_id, section
+from stages.pythia.rotary import pin_rotary
 from stages.params import Probe, Pythia
 from stages.runtime import set_threads
 from stages.training.device import resolve_device
@@ -86,6 +87,7 @@ def load(manifest: dict, entry: dict, device):
         model = AutoModelForCausalLM.from_pretrained(snapshot, use_safetensors=True).to(device).eval()
     except (OSError, ValueError) as exc:
         raise PipelineError(f"{where}: cannot load {snapshot} ({' '.join(str(exc).split())})") from None
+    pin_rotary(model)  # cos/sin off MKL's vector math on the CPU: the same bits on any vendor's CPU
     return model, tokenizer
 
 

@@ -69,7 +69,8 @@ def train_model(model_name: str, pythia: Pythia, cache_dir: Path, progress: bool
                             f"'{KEY}.train.{model_name}.steps' = {steps}")
     tokenizer = suite.build_tokenizer()
     model = suite.build_model(tokenizer, cfg.model_dump(), cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+                            fused=True)  # square roots off MKL's vector math (stages/numerics.py)
     warmup, floor, clip = cfg.warmup, cfg.min_lr_ratio, cfg.grad_clip
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup, floor))
     data = suite.batches(tokenizer, cfg.seed, cfg.batch_size, cfg.seq_len, cfg.mixture)

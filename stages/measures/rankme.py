@@ -15,6 +15,8 @@ embedding of a fixed ``=`` token) has no centred geometry: its centred RankMe is
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -62,7 +64,9 @@ def rankme_batched(z: torch.Tensor, device: torch.device | str | None = None, ch
             part = part - part.mean(dim=1, keepdim=True)
         s = torch.linalg.svdvals(part).double()
         p = s / s.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny) + EPS
-        out.append(torch.exp(-(p * p.log()).sum(dim=-1)))
+        # exp(-sum p ln p) as prod p^-p: torch's CPU exp and log go to MKL's vector math, whose bits
+        # differ by CPU vendor; pow runs on torch's own kernels (stages/numerics.py)
+        out.append(torch.pow(p, -p).prod(dim=-1))
     return torch.cat(out) if out else torch.empty(0, dtype=torch.float64, device=device)
 
 
@@ -71,7 +75,7 @@ def mean_dominance(z: torch.Tensor) -> torch.Tensor:
     0 for an all-zero matrix."""
     z = z.to(torch.float64)
     mean_norm = z.mean(dim=1).norm(dim=-1)
-    rms = z.pow(2).sum(dim=-1).mean(dim=1).sqrt()
+    rms = torch.linalg.vector_norm(z, dim=(1, 2)) / math.sqrt(z.shape[1])  # not .sqrt(): MKL's vector math
     return torch.where(rms > 0, mean_norm / rms.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(rms))
 
 

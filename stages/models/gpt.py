@@ -8,6 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from stages.models.vendor_neutral_ops import GELU
+
 
 @dataclass
 class GPTConfig:
@@ -55,7 +57,7 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(
-            nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model),
+            nn.Linear(cfg.d_model, 4 * cfg.d_model), GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model),
             nn.Dropout(cfg.dropout))
 
     def forward(self, x, start: int = 0):

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
 from stages.pythia import grammar
+from stages.pythia.rotary import pin_rotary
 
 EOS = "<|endoftext|>"
 PAD = "<|padding|>"
@@ -36,7 +37,9 @@ def build_model(tokenizer, cfg: dict, seed: int) -> GPTNeoXForCausalLM:
         max_position_embeddings=cfg["seq_len"], rotary_pct=0.25, use_parallel_residual=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False,
     )
-    return GPTNeoXForCausalLM(config)
+    model = GPTNeoXForCausalLM(config)
+    pin_rotary(model)  # cos/sin off MKL's vector math: the same bits on any vendor's CPU
+    return model
 
 
 def corpus_stream(tokenizer, seed: int, weights: dict | None = None):

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from stages.io.atomic import atomic_path, write_text
 from stages.io.checkpoints import save_state, step_file
 from stages.models.gpt import GPT
+from stages.models.vendor_neutral_ops import cross_entropy
 from stages.training.precision import autocast
 from stages.training.schedule import lr_at
 
@@ -59,8 +60,8 @@ def answer_logits(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tenso
 
 
 def answer_loss(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
-    logits = answer_logits(model, seq, prompt_len)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seq[:, prompt_len:].reshape(-1))
+    logits = answer_logits(model, seq, prompt_len)  # F.cross_entropy's bits; its Hessian off MKL's vector math
+    return cross_entropy(logits.reshape(-1, logits.shape[-1]), seq[:, prompt_len:].reshape(-1))
 
 
 @torch.no_grad()
@@ -84,11 +85,14 @@ def evaluate(model: GPT, seq: torch.Tensor, prompt_len: int, batch_size: int,
 
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float,
                    betas: tuple[float, float]) -> torch.optim.AdamW:
-    """AdamW with decoupled weight decay on the matrices (``dim >= 2``) only, as :func:`train` uses it."""
+    """AdamW with decoupled weight decay on the matrices (``dim >= 2``) only, as :func:`train` uses it.
+
+    Fused: one kernel per step whose square roots are the CPU's IEEE instruction, where the unfused
+    one sends them to MKL's vector math, whose bits differ by CPU vendor (stages/numerics.py)."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=tuple(betas))
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=tuple(betas), fused=True)
 
 
 def update(model: GPT, opt: torch.optim.Optimizer, batch: torch.Tensor, prompt_len: int, grad_clip: float,
