@@ -11,8 +11,8 @@ x86 CPU since 2013 has, whoever made it:
 * ``MKL_CBWR=COMPATIBLE``: MKL's conditional numerical reproducibility on its one SSE2 code path
   without the approximation instructions (rcpps, rsqrtps) that differ between vendors: the only
   branch MKL honours on non-Intel CPUs (it falls back to its automatic choice for ``AVX2`` there).
-  It is about 2-2.5x slower on the training step than the AVX2 branch
-  (``benchmarks/pinned_paths_cost.py``). Its gemm still splits sums by thread (``STRICT`` does not
+  The p405k training step takes 1.6-1.95x its time on the AVX2 branch
+  (``benchmarks/pinned_paths_cost.py``, on an AMD EPYC). Its gemm still splits sums by thread (``STRICT`` does not
   apply to it), so the thread count is pinned too: ``runtime.threads``.
 * ``ATEN_CPU_CAPABILITY=avx2``: torch's vectorised kernels at AVX2.
 * ``ONEDNN_MAX_CPU_ISA=AVX2``: oneDNN's JIT kernels (torch runs GELU's forward and backward there) at
