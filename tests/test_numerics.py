@@ -224,3 +224,31 @@ def test_a_training_update_calls_no_vector_math(tmp_path, code):
     # unfused, AdamW's denominator called vmsSqrt; the stock GPT-NeoX rotary tables vmsCos and vmsSin;
     # autograd's double backward of gelu and log_softmax vmsExp
     assert seen["update"] == set()
+
+
+# The same property at torch's operator level, where gdb is missing (CI): no operator that ATen sends to
+# VML (numerics.VML_FUNCTIONS) runs on a floating CPU tensor in the three computations above.
+@pytest.mark.parametrize("code", [UPDATE, SUITE_UPDATE, HVP], ids=["gpt", "neox-suite", "hessian"])
+def test_no_vector_math_operator_runs(code):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__.rstrip("_")
+            if name in numerics.VML_FUNCTIONS and any(
+                    isinstance(a, torch.Tensor) and a.is_floating_point() and a.device.type == "cpu" for a in args):
+                seen.append(name)
+            return func(*args, **(kwargs or {}))
+
+    setup, rest = code.split('print("PHASE update", flush=True)')
+    body = rest.split('print("PHASE done"')[0]
+    namespace, before = {}, torch.get_num_threads()
+    try:
+        exec(setup, namespace)  # imports, pin_threads (its warm-up calls each VML function once)
+        with Watch():
+            exec(body, namespace)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == []
