@@ -37,7 +37,8 @@ def make_copy(dest, repo_params) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes((ROOT / rel).read_bytes())
     params = small_landscape(pythia_params({**tiny_params(repo_params), "pythia": repo_params["pythia"]}))
-    params["grid"] = {**repo_params["grid"], "seeds": [0, 1]}  # the default grid, two seeds: time
+    # the default grid's 4 runs, one seed: CI time (the pinned COMPATIBLE MKL branch made two seeds 433 s)
+    params["grid"] = {**repo_params["grid"], "seeds": [0]}
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     # a checkout has commits (DVCLive 3.x cannot start in a repository without one)
