@@ -11,7 +11,7 @@ rounds, each running the three children one after the other (interleaved, so tha
 shared machine falls on all). Each child times the grid's training step per
 distinct sequence length (median of ``--repeats`` after a warm-up; :func:`machine_limits.trainer`,
 the training loop's own update) and prints the paths in effect. The table gives the median over
-rounds and the ratio pinned / native (above 1: pinning is slower).
+rounds and the ratios pinned / native and pinned / mkl-avx2 (above 1: the pinned paths are slower).
 """
 from __future__ import annotations
 
@@ -29,9 +29,7 @@ from stages.numerics import VARIABLES  # noqa: E402  (this parent computes nothi
 
 
 def child(preset: str, repeats: int, params_file: str, mkl_branch: str | None) -> None:
-    import stages  # noqa: F401  (pins the paths, unless ANATOMY_CPU_PATHS=native)
-
-    if mkl_branch:  # before MKL's first call reads it
+    if mkl_branch:  # after the stages package pinned the paths (the import above), before MKL's first call
         os.environ["MKL_CBWR"] = mkl_branch
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import torch

@@ -90,7 +90,7 @@ def test_too_many_checkpoints_warn_and_train(workdir):
     result = subprocess.run([sys.executable, "-m", "stages.train", *ARGS, "--model", "p405k", "--seed", "0"],
                             cwd=workdir, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    # off the pinned CPU code paths (a non-Intel CPU, say) the stage ends with one more warning, about the
+    # off the pinned CPU code paths (a CPU without AVX2, say) the stage ends with one more warning, about the
     # last bits of its results (tests/test_runtime.py)
     warnings = [line for line in result.stderr.splitlines()
                 if line.startswith("warning:") and not line.endswith("(stages/numerics.py)")]
