@@ -58,6 +58,7 @@ from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
 from stages.params import Events, Landscape
+from stages.numerics import warm_vector_math
 from stages.runtime import pin_threads, set_threads
 from stages.training.device import resolve_device
 from stages.training.loop import answer_loss, sequences
@@ -128,12 +129,13 @@ def measure_checkpoint(model, data: dict, prompt_len: int, p: Landscape) -> dict
 
 
 def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, events: Events,
-              progress: bool = True) -> pd.DataFrame:
+              progress: bool = True, portable: bool = False) -> pd.DataFrame:
     """The landscape measures (``p``: the ``landscape`` section) of run ``<task>-<level>-<model>-s<seed>``,
-    at checkpoints up to ``landscape.after_acquisition`` past acquisition (``events``' rule)."""
+    at checkpoints up to ``landscape.after_acquisition`` past acquisition (``events``' rule). ``portable``
+    (``runtime.cpu_paths: portable``): the model's vendor-exact operators (stages/models/gpt.py)."""
     rid = run_id(task, level, model_name, seed)
     if p.threads:
-        pin_threads(p.threads)
+        pin_threads(p.threads, portable)
     device = resolve_device(p.device, "landscape.device")
     ckpt_dir = paths.checkpoint_dir(rid)
     manifest = read_manifest(ckpt_dir)
@@ -147,11 +149,11 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, e
     steps, _acq = choose_steps(manifest["steps"], acc, p.max_checkpoints, p.after_acquisition,
                                events.acquisition_threshold, events.acquisition_window)
 
-    jobs = [(ckpt_dir, int(step), manifest, data, meta["prompt_len"], p, device) for step in steps]
+    jobs = [(ckpt_dir, int(step), manifest, data, meta["prompt_len"], p, device, portable) for step in steps]
     workers = min(p.workers, len(jobs)) if device.type == "cpu" else 1
     rows = []
     bar = tqdm(total=len(jobs), desc=f"landscape {rid}", disable=not progress, mininterval=2)
-    with checkpoint_map(workers, p.threads) as each:
+    with checkpoint_map(workers, p.threads, portable) as each:
         for row in each(_measure_step, jobs):
             rows.append({"run": rid, "step": row["step"], "test_acc": acc.get(row["step"], np.nan),
                          "n_params": manifest.get("n_params"), **row})
@@ -165,26 +167,29 @@ def _measure_step(job) -> dict:
     """One checkpoint's measures (``step`` first): the unit of work of :func:`landscape`. Every
     sample and chain is seeded by ``landscape.seed`` alone, so a checkpoint's row is the same
     whichever process measures it and in whatever order."""
-    ckpt_dir, step, manifest, data, prompt_len, p, device = job
-    model = load_model(ckpt_dir, step, manifest, device)
+    ckpt_dir, step, manifest, data, prompt_len, p, device, portable = job
+    model = load_model(ckpt_dir, step, manifest, device, portable_ops=portable)
     return {"step": step, **measure_checkpoint(model, data, prompt_len, p)}
 
 
-def _worker_threads(threads: int) -> None:
+def _worker_threads(threads: int, portable: bool = False) -> None:
     if threads:
-        pin_threads(threads)
+        pin_threads(threads, portable)
+    elif portable:
+        warm_vector_math()
 
 
 @contextmanager
-def checkpoint_map(workers: int, threads: int):
+def checkpoint_map(workers: int, threads: int, portable: bool = False):
     """A ``map`` over checkpoints: the built-in one here for one worker, else that of ``workers``
-    spawned processes on ``threads`` torch threads each (0: torch's default). Results come in order."""
+    spawned processes on ``threads`` torch threads each (0: torch's default). Results come in order.
+    The workers inherit the stage's environment (its CPU code paths, stages/runtime.py)."""
     if workers <= 1:
         yield map
         return
     # spawn: a forked child would inherit torch's OpenMP pool in a broken state
     executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_worker_threads, initargs=(threads,))
+                                   initializer=_worker_threads, initargs=(threads, portable))
     try:
         yield executor.map
     finally:
@@ -226,7 +231,8 @@ def main(argv=None) -> None:
     rid = run_id(args.task, args.level, args.model, args.seed)
     params = load_typed_params(args.params)
     set_threads(params)  # a non-zero landscape.threads overrides it inside landscape()
-    frame = landscape(args.task, args.level, args.model, args.seed, params.landscape, params.events)
+    frame = landscape(args.task, args.level, args.model, args.seed, params.landscape, params.events,
+                      portable=params.runtime.cpu_paths == "portable")
     rankme = rankme_at(read_measures(paths.measures_file(rid)), frame["step"])
     with output_set():  # both tables or neither
         write_csv(frame, paths.landscape_file(rid))

@@ -282,6 +282,7 @@ class Grid(Section):
 
 class Runtime(Section):
     threads: PosInt
+    cpu_paths: Annotated[Literal["native", "portable"], choice("native", "portable")] = "native"  # stages/runtime.py
 
 
 class Datasets(Section):

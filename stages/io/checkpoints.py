@@ -56,7 +56,7 @@ def read_manifest(directory: str | os.PathLike) -> dict:
 
 
 def load_model(directory: str | os.PathLike, step: int, manifest: dict | None = None,
-               device: str | torch.device = "cpu") -> GPT:
+               device: str | torch.device = "cpu", portable_ops: bool = False) -> GPT:
     manifest = manifest or read_manifest(directory)
     path = step_file(directory, step)
     if not path.is_file():
@@ -65,7 +65,7 @@ def load_model(directory: str | os.PathLike, step: int, manifest: dict | None = 
         state = load_file(str(path), device=str(device))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise PipelineError(f"corrupt checkpoint: {path} ({exc})") from None
-    model = GPT(GPTConfig(**manifest["model"]))
+    model = GPT(GPTConfig(**manifest["model"]), portable_ops=portable_ops)
     state["head.weight"] = state.get("wte.weight")
     try:
         model.load_state_dict(state)
