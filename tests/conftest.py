@@ -1,4 +1,3 @@
-import stages  # noqa: F401  first: pins the CPU code paths before numpy loads (stages/numerics.py)
 import copy
 from pathlib import Path
 
