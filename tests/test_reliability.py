@@ -156,3 +156,109 @@ def test_pythia_cache_file_changed_after_fetch_is_refused(tmp_path, monkeypatch)
     with pytest.raises(PipelineError, match="model.safetensors fails the sha256 that fetch_pythia recorded"):
         hub.snapshot_path(manifest, entry)
     assert hub.snapshot_path({**manifest, "verified": "size"}, entry) == snapshot  # verify: size checks sizes only
+
+
+# ---------------------------------------------------------------- item 1: no params value reaches a shell
+
+
+def make_repo_copy(dest: Path, repo_params: dict) -> None:
+    """The repository's tracked files (working-tree versions; no data, no dvc.lock) with tiny params,
+    committed in a fresh git repository, as `dvc exp run` needs."""
+    from tests.conftest import tiny_params
+    from tests.pythia_helpers import pythia_params
+
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for rel in filter(None, files.split("\0")):
+        if rel == "dvc.lock" or rel.startswith("data/") or not (ROOT / rel).is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes((ROOT / rel).read_bytes())
+    params = pythia_params({**tiny_params(repo_params), "pythia": repo_params["pythia"]})
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "copy"], cwd=dest, check=True)
+
+
+def run_dvc(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    from stages.cluster.dag import dvc_command, dvc_env
+
+    return subprocess.run(dvc_command(*args), cwd=cwd, env={**dvc_env(), "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True)
+
+
+# (params list, hostile list, a matrix stage that pastes it into its command, that stage's data deps:
+# made to exist so that DVC gets as far as running the command; stages that track params per task,
+# such as generate's tasks.<task>.<level>, are refused by DVC itself for an unknown task)
+HOSTILE = [
+    ("grid.tasks", ["copy;touch pwned_tasks;"], "extract",
+     ["data/checkpoints/copy;touch pwned_tasks;-easy-p405k-s0", "data/datasets/copy;touch pwned_tasks;-easy"]),
+    ("grid.levels", ["easy$(touch pwned_levels)"], "extract",
+     ["data/checkpoints/copy-easy$(touch pwned_levels)-p405k-s0", "data/datasets/copy-easy$(touch pwned_levels)"]),
+    ("grid.models", ["p405k;touch pwned_models;"], "train", ["data/datasets/copy-easy"]),
+    ("grid.seeds", ["$(touch pwned_seeds)0"], "train", ["data/datasets/copy-easy"]),
+    ("pythia.models", ["tiny`touch pwned_pythia`"], "fetch_pythia", ["data/pythia/hub"]),
+]
+
+
+def test_no_params_value_reaches_a_shell(tmp_path, repo_params):
+    """Shell metacharacters in every matrix list (as `dvc exp run -S` writes them into params.yaml),
+    then `dvc repro`: DVC used to paste them into the stage command (``--model ${item.model}``) and the
+    shell ran them before any stage read params. (`dvc repro` rather than `dvc exp run`, whose checkout
+    removes the placeholder dependencies this workspace without a dvc.lock relies on.)"""
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    make_repo_copy(repo, repo_params)
+    for key, values, stage, deps in HOSTILE:
+        subprocess.run(["git", "checkout", "-q", "--", "params.yaml"], cwd=repo, check=True)
+        for dep in deps:
+            (repo / dep).mkdir(parents=True, exist_ok=True)
+        params = yaml.safe_load((repo / "params.yaml").read_text())
+        section, name = key.split(".")
+        params[section][name] = values  # what `dvc exp run -S key=...` writes before it reproduces
+        (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        proc = run_dvc(repo, "repro", "--single-item", stage)
+        assert not list(tmp_path.rglob("pwned*")), f"{key}: a shell ran a params value: {proc.stdout}"
+        assert proc.returncode != 0, proc.stdout + proc.stderr
+        errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and f"'{key}" in errors[0], proc.stdout + proc.stderr
+        for dep in deps:
+            (repo / dep).rmdir()
+    # the honest grid still runs through the same commands (entry from $DVC_STAGE), and params diff works
+    subprocess.run(["git", "checkout", "-q", "--", "params.yaml"], cwd=repo, check=True)
+    proc = run_dvc(repo, "repro", "--single-item", "generate@copy-easy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (repo / "data/datasets/copy-easy/train.parquet").is_file()
+    assert run_dvc(repo, "params", "diff").returncode == 0
+
+
+def test_matrix_stages_match_dvc_yaml():
+    """stages.config.MATRIX (how a stage finds its entry from $DVC_STAGE) mirrors dvc.yaml's matrices,
+    and no command interpolates anything."""
+    from stages.config import MATRIX
+
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    matrices = {name: {k: v.removeprefix("${").removesuffix("}") for k, v in body["matrix"].items()}
+                for name, body in spec.items() if "matrix" in body}
+    assert matrices == MATRIX
+    assert not [name for name, body in spec.items() if "${" in str(body["cmd"])]
+
+
+def test_matrix_entry_from_dvc_stage(workdir, monkeypatch):
+    from stages.cli import stage_arguments
+
+    monkeypatch.setenv("DVC_STAGE", "train@copy-easy-p405k-0")
+    args = stage_arguments("", [], "task", "level", "model", "seed")
+    assert (args.task, args.level, args.model, args.seed) == ("copy", "easy", "p405k", 0)
+    monkeypatch.setenv("DVC_STAGE", "dvc.yaml:generate@copy-easy")
+    assert stage_arguments("", [], "task", "level").task == "copy"
+    monkeypatch.setenv("DVC_STAGE", "train@copy-easy-p405k-7")
+    with pytest.raises(PipelineError, match="names no single entry of the matrix"):
+        stage_arguments("", [], "task", "level", "model", "seed")
+    monkeypatch.setenv("DVC_STAGE", "events")
+    with pytest.raises(PipelineError, match="pass --task, --level"):
+        stage_arguments("", [], "task", "level")
+    args = stage_arguments("", ["--task", "mod", "--level", "hard"], "task", "level")  # explicit wins
+    assert (args.task, args.level) == ("mod", "hard")
