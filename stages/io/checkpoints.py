@@ -113,13 +113,8 @@ def read_manifest(directory: str | os.PathLike, verify: bool = False) -> dict:
 
 
 def load_model(directory: str | os.PathLike, step: int, manifest: dict | None = None,
-<<<<<<< HEAD
                device: str | torch.device = "cpu", portable_ops: bool = False) -> GPT:
-    manifest = manifest or read_manifest(directory)
-=======
-               device: str | torch.device = "cpu") -> GPT:
     manifest = manifest or read_manifest(directory, verify=True)
->>>>>>> main
     path = step_file(directory, step)
     if not path.is_file():
         raise PipelineError(f"missing checkpoint: {path}")
