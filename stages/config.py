@@ -20,7 +20,7 @@ PARAMS_FILE = Path(os.environ.get("GEOMETRY_PARAMS", "params.yaml"))
 # their TASKS / PRESETS have exactly these names.
 LEVELS = ("easy", "medium", "hard")
 TASK_NAMES = ("copy", "reverse", "compare", "parity", "add", "mod", "sort", "mul")
-MODEL_NAMES = ("p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
+MODEL_NAMES = ("p100k", "p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
 
 
 MAX_YAML_BYTES = 1 << 20        # a params file is a few KB; 1 MiB is far beyond any real one
