@@ -46,7 +46,7 @@ from stages.analysis.runs import layer_series, varying_layers
 from stages.cli import stage_arguments
 from stages.config import load_typed_params, run_id
 from stages.errors import PipelineError, main_guard
-from stages.io.checkpoints import load_model, read_manifest
+from stages.io.checkpoints import load_model, read_manifest, verify_checkpoints
 from stages.io.datasets import load_split
 from stages.io.history import accuracy_by_step
 from stages.io.measures import read_measures
@@ -138,8 +138,10 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, e
         pin_threads(p.threads, portable)
     device = resolve_device(p.device, "landscape.device")
     ckpt_dir = paths.checkpoint_dir(rid)
-    manifest = read_manifest(ckpt_dir, verify=True)  # every step file against its sha256, once
+    manifest = read_manifest(ckpt_dir)
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "train")
+    check_fits(p, len(prompt), paths.dataset_dir(task, level) / "train.parquet", manifest)  # before any compute
+    verify_checkpoints(ckpt_dir, manifest)  # every step file against its sha256, once
     order = np.random.default_rng(p.seed).permutation(len(prompt))
     seq = sequences(prompt[order], answer[order], device)
     if p.hessian.k >= manifest.get("n_params", np.inf):
@@ -156,11 +158,60 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, e
     with checkpoint_map(workers, p.threads, portable) as each:
         for row in each(_measure_step, jobs):
             rows.append({"run": rid, "step": row["step"], "test_acc": acc.get(row["step"], np.nan),
-                         "n_params": manifest.get("n_params"), **row})
+                         "n_params": manifest.get("n_params"), "n_checkpoints": len(jobs), **row})
             bar.update(1)
             bar.set_postfix({k: f"{row[k]:.3g}" for k in PLOT_COLUMNS if k in row})
     bar.close()
     return pd.DataFrame(rows)
+
+
+GIB = 1 << 30
+
+
+def memory_estimate(p: Landscape, manifest: dict) -> tuple[float, str]:
+    """(bytes one worker needs at its peak, the largest term named) for the measures of ``p`` on the
+    checkpoints of ``manifest``: the per-example gradient matrix (``grad.samples`` rows of
+    ``sketch_dim`` or every parameter, float32) with one chunk of uncompressed per-example gradients
+    and the Gram matrices; the Hessian's Lanczos vectors (float64) and the double-backward
+    activations of ``hessian.samples`` sequences; SGLD's copies of the weights per chain. Model
+    weights and the Python/torch baseline are left out: the estimate is the part that grows with
+    the settings."""
+    n_params = int(manifest.get("n_params") or 0)
+    model = manifest.get("model") or {}
+    width = int(model.get("d_model", 0)) * int(model.get("n_layer", 0)) * int(model.get("block_size", 0))
+    terms = {}
+    if {"grad_erank", "gradcov_rank"} & set(p.measures):
+        n = p.grad.samples
+        cols = p.grad.sketch_dim or n_params
+        terms["landscape.grad.samples"] = 4 * n * cols + 3 * 4 * min(p.grad.chunk, n) * n_params + 2 * 8 * n * n
+    if "hessian" in p.measures:
+        ncv = max(2 * p.hessian.k + 2, 8)
+        terms["landscape.hessian.samples"] = 8 * ncv * n_params + 4 * 32 * p.hessian.samples * width
+    if "llc" in p.measures:
+        terms["landscape.llc.samples"] = 4 * 4 * p.llc.chains * n_params + 4 * 16 * p.llc.batch_size * width
+    if not terms:
+        return 0.0, ""
+    largest = max(terms, key=terms.get)
+    return float(max(terms.values())), largest  # the measures run one after another
+
+
+def check_fits(p: Landscape, n_train: int, where, manifest: dict) -> None:
+    """The sizes of ``p`` against the run's data and the memory budget, before any checkpoint is
+    measured: every sample count at most the ``n_train`` train examples in ``where`` (they were
+    silently cut to it), and the estimated peak memory of all workers within ``landscape.memory_gb``."""
+    wanted = {"landscape.grad.samples": (p.grad.samples, {"grad_erank", "gradcov_rank"}),
+              "landscape.hessian.samples": (p.hessian.samples, {"hessian"}),
+              "landscape.llc.samples": (p.llc.samples, {"llc"})}
+    for key, (value, needs) in wanted.items():
+        if needs & set(p.measures) and value > n_train:
+            raise PipelineError(f"'{key}' = {value} exceeds the {n_train} train examples of {where}: at most {n_train}")
+    per_worker, key = memory_estimate(p, manifest)
+    total = per_worker * p.workers
+    if total > p.memory_gb * GIB:
+        raise PipelineError(f"landscape measures need about {total / GIB:.1f} GiB ({p.workers} worker(s) x "
+                            f"{per_worker / GIB:.1f} GiB, mostly '{key}' for {manifest.get('n_params')} parameters), "
+                            f"over 'landscape.memory_gb' = {p.memory_gb:g}: lower '{key}' or 'landscape.workers', "
+                            "set 'landscape.grad.sketch_dim', or raise the budget")
 
 
 def _measure_step(job) -> dict:

@@ -145,7 +145,8 @@ def measure(model_name: str, cfg: Pythia, probe_cfg: Probe,
                                  **{k: v[layer].item() for k, v in geo.items()},
                                  "probe_acc": probe_accuracy(states[layer], probe["label"].to_numpy(), mask,
                                                              probe_c, probe_iter),
-                                 "test_acc": test_acc, "n_params": n_params})
+                                 "test_acc": test_acc, "n_params": n_params, "dim": states.shape[-1],
+                                 "n_checkpoints": len(manifest["revisions"])})
                 del model
         finally:
             if writer is not None:

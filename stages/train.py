@@ -62,6 +62,11 @@ def run(task: str, level: str, model_name: str, seed: int, params: Params, progr
     data_dir = paths.dataset_dir(task, level)
     train_p, train_a, meta = load_split(data_dir, "train")
     test_p, test_a, _ = load_split(data_dir, "test")
+    for name in ("batch_size", "eval_train_max"):  # sizes that must fit the data, before any compute
+        value = getattr(settings, name)
+        if value > len(train_p):
+            raise PipelineError(f"'{params.train.key_of(task, level, name)}' = {value} exceeds the {len(train_p)} "
+                                f"train examples of {data_dir / 'train.parquet'} (run {rid}): at most {len(train_p)}")
     prompt_len = meta["prompt_len"]
     cfg = model_config(model_name, meta["vocab_size"], prompt_len + meta["answer_len"] - 1, settings.dropout)
     torch.manual_seed(seed)
