@@ -4,6 +4,7 @@ from __future__ import annotations
 import numbers
 import os
 import re
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +166,75 @@ def seed_argument(value: str) -> int:
     except (TypeError, ValueError):
         raise PipelineError(f"'--seed' must be a non-negative integer, got {value!r}") from None
     return positive_int(seed, "--seed", allow_zero=True)
+
+
+# ---------------------------------------------------------------- DVC matrix entries
+# Which matrix entry a DVC stage is, without a shell ever seeing a params value.
+#
+# DVC pastes ``${item.x}`` into a stage's ``cmd`` and runs the result through a shell before any stage
+# can validate params, so a grid value such as ``p405k;touch pwned`` (``dvc exp run -S``) would run as
+# a command. The matrix stages' commands in dvc.yaml therefore carry no interpolation at all (``python
+# -m stages.train``); DVC names the entry in the environment variable ``DVC_STAGE`` it sets for every
+# command (``train@copy-easy-p405k-0``), and :func:`matrix_arguments` maps that name back to its values
+# by recomputing DVC's entry names (``dvc.parsing.MatrixDefinition.normalized_iterable``) from
+# params.yaml, after the whole file has passed the schema (:mod:`stages.params`), so a hostile value is
+# refused in one line before any work. Run by hand, a stage takes ``--task`` etc. as before.
+
+# Each matrix stage of dvc.yaml: its matrix keys and the params list each one iterates, in dvc.yaml's
+# order (tests/test_reliability.py checks this against dvc.yaml).
+MATRIX = {
+    "generate": {"task": "grid.tasks", "level": "grid.levels"},
+    **{stage: {"task": "grid.tasks", "level": "grid.levels", "model": "grid.models", "seed": "grid.seeds"}
+       for stage in ("train", "extract", "measure", "landscape")},
+    **{stage: {"model": "pythia.models"} for stage in ("fetch_pythia", "pythia_measure")},
+}
+ENV = "DVC_STAGE"
+
+
+def _dvc_str(value) -> str:
+    """DVC's ``to_str`` for a matrix value in an entry name (``dvc.parsing.interpolate``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def entry_names(lists: dict[str, list]) -> dict[str, dict]:
+    """DVC's name for every entry of a matrix (``key -> list``) -> the entry's values; a value that is
+    a mapping or list is named by its position (``model0``), as DVC names it."""
+    names: dict[str, list[dict]] = {}
+    for combination in product(*(list(enumerate(v)) for v in lists.values())):
+        fragments = [f"{k}{i}" if isinstance(v, (dict, list, tuple)) else _dvc_str(v)
+                     for k, (i, v) in zip(lists, combination)]
+        names.setdefault("-".join(fragments), []).append({k: v for k, (_, v) in zip(lists, combination)})
+    return {name: entries[0] for name, entries in names.items() if len(entries) == 1}
+
+
+def split_address(address: str) -> tuple[str, str | None]:
+    """``[path:]group@key`` (DVC's stage addressing) -> ``(group, key)``; ``(name, None)`` without ``@``."""
+    group, _, key = address.partition("@")
+    return group.rpartition(":")[2], (key if _ else None)
+
+
+def matrix_arguments(keys: tuple[str, ...], params_path: str | os.PathLike | None) -> dict[str, str]:
+    """The values of ``keys`` for the matrix entry named by ``$DVC_STAGE``, read from params.yaml
+    (validated first). Every failure is one line naming what was expected."""
+    from stages.params import validate_params  # here: stages.params imports this module
+
+    address = os.environ.get(ENV)
+    flags = ", ".join(f"--{k}" for k in keys)
+    if not address:
+        raise PipelineError(f"missing {flags}: pass them, or run the stage through DVC (dvc repro), which names "
+                            f"the matrix entry in ${ENV}")
+    group, key = split_address(address)
+    dims = MATRIX.get(group)
+    if dims is None or tuple(dims) != tuple(keys) or key is None:
+        raise PipelineError(f"${ENV} = {address!r} is not an entry of a matrix stage over {', '.join(keys)}; "
+                            f"pass {flags}")
+    data, path = _read_params(params_path)
+    validate_params(data, source=str(path))  # a hostile grid value stops here, in one line
+    lists = {k: get(data, dotted) for k, dotted in dims.items()}
+    entry = entry_names(lists).get(key)
+    if entry is None:
+        raise PipelineError(f"${ENV} = {address!r} names no single entry of the matrix over "
+                            + ", ".join(f"'{d}'" for d in dims.values()) + f" in {Path(path)}")
+    return {k: str(v) for k, v in entry.items()}

@@ -12,8 +12,9 @@ where present) for every run of the grid in params.yaml and writes
   ``data/events/cross_scale.csv``: the cross-scale statistics as a flat table;
   ``data/events/levels.json``: every per-level statistic with its 95% interval, per measure, and the
   verdict of each configuration; ``data/events/cross_scale.json``: the cross-scale statistics;
-* ``metrics/summary.json``: the few dozen numbers ``dvc exp show`` / ``dvc metrics diff`` read;
-  ``metrics/paper.csv`` and ``metrics/paper.md``: this run next to the paper's headline claims;
+* ``metrics/summary.json``: the ten numbers ``dvc metrics show`` / ``dvc exp show`` read (verdict
+  counts, precursor shares per grouping, acquired runs); ``metrics/paper.csv`` and
+  ``metrics/paper.md``: this run next to the paper's headline claims, with the verdict rule;
 * ``plots/sensitivity/{threshold,resolution}.csv``: precursor rate per level against the rule's
   threshold and against checkpoint resolution; ``plots/runs/<run>.csv``: RankMe and accuracy with
   the run's collapse, recovery and acquisition (stages/analysis/plot_tables.py);
@@ -120,7 +121,7 @@ def events(params: Params) -> dict:
     threshold = threshold_sensitivity(primary, steps, s.rules, s.thresholds, s.resamples, s.bootstrap_seed)
     resolution = resolution_sensitivity(frames, pd.DataFrame(idents), s.rules, s.layer, s.measure, s.resolutions,
                                         s.resamples, s.bootstrap_seed)
-    scale = cross_scale(primary, s.resamples, s.bootstrap_seed)
+    scale = cross_scale(primary[primary["task"] != PYTHIA_TASK], s.resamples, s.bootstrap_seed)  # sizes, not Pythia
 
     levels = level_summary(rows, s.measure, s.resamples, s.bootstrap_seed)
     details = {"measure": s.measure, "by_level": levels,
@@ -132,7 +133,7 @@ def events(params: Params) -> dict:
                    "precursor": r["precursor"]} for r in set_rows}}
     sets = pd.DataFrame(set_rows)
     paper = compare(rows, s.measure, scale, sets, s.resamples, s.bootstrap_seed)
-    summary = summary_metrics(levels, cells, scale)
+    summary = summary_metrics(paper, rows, s.measure)
     write_csv(rows, EVENTS_DIR / "runs.csv")
     write_csv(pd.DataFrame(layer_rows), EVENTS_DIR / "layers.csv")
     write_csv(cells, EVENTS_DIR / "cells.csv")
@@ -145,7 +146,7 @@ def events(params: Params) -> dict:
     for rid, table in plot_tables.items():
         write_csv(table, paths.run_plot_file(rid))
     write_csv(paper, paths.METRICS / "paper.csv")
-    write_text(paths.METRICS / "paper.md", markdown(paper))
+    write_text(paths.METRICS / "paper.md", markdown(paper, s.measure))
     write_json(summary, paths.METRICS / "summary.json")
     marks = {rid: {"collapse": r.collapse_step, "recovery": r.recovery_step, "acquisition": r.acquisition_step}
              for r in primary.itertuples()}

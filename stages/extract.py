@@ -50,13 +50,13 @@ def extract(task: str, level: str, model_name: str, seed: int, cfg: Extract, pro
     device = resolve_device(cfg.device, "extract.device")
 
     ckpt_dir = paths.checkpoint_dir(rid)
-    manifest = read_manifest(ckpt_dir)
-    precision = resolve_precision(cfg.precision, device, manifest.get("n_params", 0),
-                                  "extract.precision")
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "test")
     if probe_size > len(prompt):
         raise PipelineError(f"'extract.probe_size' = {probe_size} exceeds the {len(prompt)} test examples of "
                             f"{paths.dataset_dir(task, level) / 'test.parquet'}")
+    manifest = read_manifest(ckpt_dir, verify=True)  # every step file against its sha256, once
+    precision = resolve_precision(cfg.precision, device, manifest.get("n_params", 0),
+                                  "extract.precision")
     prompt, answer = prompt[:probe_size], answer[:probe_size]
     prompt_len = meta["prompt_len"]
     n_answer = answer.shape[1] if which == "all" else 1

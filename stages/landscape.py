@@ -136,7 +136,7 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, e
         pin_threads(p.threads)
     device = resolve_device(p.device, "landscape.device")
     ckpt_dir = paths.checkpoint_dir(rid)
-    manifest = read_manifest(ckpt_dir)
+    manifest = read_manifest(ckpt_dir, verify=True)  # every step file against its sha256, once
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "train")
     order = np.random.default_rng(p.seed).permutation(len(prompt))
     seq = sequences(prompt[order], answer[order], device)

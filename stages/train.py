@@ -19,7 +19,7 @@ from stages import paths
 from stages.cli import stage_arguments
 from stages.config import choose, load_typed_params, run_id
 from stages.errors import PipelineError, main_guard
-from stages.io.checkpoints import write_manifest
+from stages.io.checkpoints import step_digests, write_manifest
 from stages.io.datasets import load_split
 from stages.io.tables import write_csv
 from stages.models import GPT, PRESETS, model_config
@@ -91,7 +91,7 @@ def run(task: str, level: str, model_name: str, seed: int, params: Params, progr
     manifest = {"run": rid, "task": task, "level": level, "model_name": model_name, "seed": seed, "model": cfg.to_dict(),
                 "n_params": model.num_params(), "steps": steps, "train": hp, "device": str(device),
                 "precision": precision, "cpu_paths": in_effect(),
-                "dataset": meta, "torch": torch.__version__}
+                "dataset": meta, "torch": torch.__version__, "sha256": step_digests(partial, steps)}
     (partial / "run-config.json").unlink()
     write_manifest(partial, manifest)
     frame = pd.DataFrame(history)

@@ -3,8 +3,9 @@
 Temporary siblings are named ``.atomic-<name>.<host>-<pid>.<random>.tmp``. Before the rename they get
 the permissions an ordinary ``open`` would give under the user's umask (``mkstemp`` and ``mkdtemp``
 make them private). A hard kill (SIGKILL, power loss) can leave one behind: the next write into the
-same directory removes those untouched for :data:`STALE_SECONDS`, unless a live process on this
-host still owns it.
+same directory removes it at once when its writer (named in it) was a process on this host that has
+ended, and otherwise once nothing has touched it for :data:`STALE_SECONDS`. The repository's
+``.dvcignore`` hides these names from DVC meanwhile (output hashes, directory dependencies, plots).
 """
 from __future__ import annotations
 
@@ -75,8 +76,9 @@ def _newest_mtime(path: Path) -> float:
 
 
 def remove_stale(directory: str | os.PathLike, max_age: float = STALE_SECONDS) -> list[Path]:
-    """Delete this module's temporary files and directories in ``directory`` that nothing has touched
-    for ``max_age`` seconds and whose writer is not running; return what was removed."""
+    """Delete this module's temporary files and directories in ``directory`` whose writer is not running:
+    at once if it ran on this host, else once nothing has touched them for ``max_age`` seconds (another
+    machine's process cannot be asked); return what was removed."""
     removed = []
     now = time.time()
     try:
@@ -86,10 +88,11 @@ def remove_stale(directory: str | os.PathLike, max_age: float = STALE_SECONDS) -
         return removed
     for path in candidates:
         try:
-            if now - _newest_mtime(path) < max_age:
-                continue
             owner = _OWNER.search(path.name)
             if owner and _alive(owner.group(1), int(owner.group(2))):
+                continue
+            orphan = owner is not None and owner.group(1) == _host()  # its writer on this host has ended
+            if not orphan and now - _newest_mtime(path) < max_age:
                 continue
             _remove(path)
             removed.append(path)
