@@ -4,6 +4,7 @@ from __future__ import annotations
 import numbers
 import os
 import re
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,82 @@ PARAMS_FILE = Path(os.environ.get("GEOMETRY_PARAMS", "params.yaml"))
 # their TASKS / PRESETS have exactly these names.
 LEVELS = ("easy", "medium", "hard")
 TASK_NAMES = ("copy", "reverse", "compare", "parity", "add", "mod", "sort", "mul")
-MODEL_NAMES = ("p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
+MODEL_NAMES = ("p100k", "p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
+
+
+MAX_YAML_BYTES = 1 << 20        # a params file is a few KB; 1 MiB is far beyond any real one
+MAX_YAML_NODES = 100_000        # nodes after expanding aliases (an alias bomb expands to billions)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (plain data only: no Python objects), refusing a mapping that repeats a
+    key (DVC refuses such a params.yaml; PyYAML would keep the last value silently) and a document
+    that expands, through aliases, to more than :data:`MAX_YAML_NODES` nodes."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {first.line + 1}; DVC refuses it too)",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        return node
+
+
+def _check_expansion(root) -> None:
+    """Count the nodes of ``root`` with every alias expanded (shared nodes memoised, so the count is
+    cheap even for a bomb); refuse past :data:`MAX_YAML_NODES`."""
+    sizes: dict[int, int] = {}
+
+    def size(node, depth=0) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if depth > 100:
+            raise yaml.composer.ComposerError(None, None, "nesting deeper than 100 levels", node.start_mark)
+        sizes[id(node)] = 1  # a recursive alias counts once (PyYAML builds it as a cycle)
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(v, depth + 1) for v in node.value)
+        else:
+            total = 1
+        sizes[id(node)] = total
+        if total > MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"expands to more than {MAX_YAML_NODES} nodes through aliases (an alias bomb?)",
+                node.start_mark)
+        return total
+
+    size(root)
+
+
+def load_yaml(text: str, source: str | os.PathLike):
+    """YAML text as plain data through :class:`_StrictLoader`; every failure (syntax, duplicate key,
+    alias bomb, a file over :data:`MAX_YAML_BYTES`) is one :class:`PipelineError` line naming
+    ``source``, the line and the column."""
+    if len(text) > MAX_YAML_BYTES:
+        raise PipelineError(f"corrupt YAML file: {source} ({len(text)} characters; at most {MAX_YAML_BYTES})")
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        what = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+        raise PipelineError(f"corrupt YAML file: {source} ({where}{' '.join(what.split())})") from None
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        raise PipelineError(f"corrupt YAML file: {source} ({' '.join(str(exc).split())})") from None
 
 
 def _read_params(path: str | os.PathLike | None) -> tuple[dict, Path]:
@@ -27,9 +103,10 @@ def _read_params(path: str | os.PathLike | None) -> tuple[dict, Path]:
     if not path.is_file():
         raise PipelineError(f"missing params file: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise PipelineError(f"corrupt params file: {path} ({exc})") from None
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelineError(f"corrupt params file: {path} ({' '.join(str(exc).split())})") from None
+    data = load_yaml(text, path)
     if not isinstance(data, dict):
         raise PipelineError(f"params file {path} must hold a mapping")
     return data, path
@@ -165,3 +242,75 @@ def seed_argument(value: str) -> int:
     except (TypeError, ValueError):
         raise PipelineError(f"'--seed' must be a non-negative integer, got {value!r}") from None
     return positive_int(seed, "--seed", allow_zero=True)
+
+
+# ---------------------------------------------------------------- DVC matrix entries
+# Which matrix entry a DVC stage is, without a shell ever seeing a params value.
+#
+# DVC pastes ``${item.x}`` into a stage's ``cmd`` and runs the result through a shell before any stage
+# can validate params, so a grid value such as ``p405k;touch pwned`` (``dvc exp run -S``) would run as
+# a command. The matrix stages' commands in dvc.yaml therefore carry no interpolation at all (``python
+# -m stages.train``); DVC names the entry in the environment variable ``DVC_STAGE`` it sets for every
+# command (``train@copy-easy-p405k-0``), and :func:`matrix_arguments` maps that name back to its values
+# by recomputing DVC's entry names (``dvc.parsing.MatrixDefinition.normalized_iterable``) from
+# params.yaml, after the whole file has passed the schema (:mod:`stages.params`), so a hostile value is
+# refused in one line before any work. Run by hand, a stage takes ``--task`` etc. as before.
+
+# Each matrix stage of dvc.yaml: its matrix keys and the params list each one iterates, in dvc.yaml's
+# order (tests/test_reliability.py checks this against dvc.yaml).
+MATRIX = {
+    "generate": {"task": "grid.tasks", "level": "grid.levels"},
+    **{stage: {"task": "grid.tasks", "level": "grid.levels", "model": "grid.models", "seed": "grid.seeds"}
+       for stage in ("train", "extract", "measure", "landscape")},
+    **{stage: {"model": "pythia.models"} for stage in ("fetch_pythia", "pythia_measure")},
+}
+ENV = "DVC_STAGE"
+
+
+def _dvc_str(value) -> str:
+    """DVC's ``to_str`` for a matrix value in an entry name (``dvc.parsing.interpolate``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def entry_names(lists: dict[str, list]) -> dict[str, dict]:
+    """DVC's name for every entry of a matrix (``key -> list``) -> the entry's values; a value that is
+    a mapping or list is named by its position (``model0``), as DVC names it."""
+    names: dict[str, list[dict]] = {}
+    for combination in product(*(list(enumerate(v)) for v in lists.values())):
+        fragments = [f"{k}{i}" if isinstance(v, (dict, list, tuple)) else _dvc_str(v)
+                     for k, (i, v) in zip(lists, combination)]
+        names.setdefault("-".join(fragments), []).append({k: v for k, (_, v) in zip(lists, combination)})
+    return {name: entries[0] for name, entries in names.items() if len(entries) == 1}
+
+
+def split_address(address: str) -> tuple[str, str | None]:
+    """``[path:]group@key`` (DVC's stage addressing) -> ``(group, key)``; ``(name, None)`` without ``@``."""
+    group, _, key = address.partition("@")
+    return group.rpartition(":")[2], (key if _ else None)
+
+
+def matrix_arguments(keys: tuple[str, ...], params_path: str | os.PathLike | None) -> dict[str, str]:
+    """The values of ``keys`` for the matrix entry named by ``$DVC_STAGE``, read from params.yaml
+    (validated first). Every failure is one line naming what was expected."""
+    from stages.params import validate_params  # here: stages.params imports this module
+
+    address = os.environ.get(ENV)
+    flags = ", ".join(f"--{k}" for k in keys)
+    if not address:
+        raise PipelineError(f"missing {flags}: pass them, or run the stage through DVC (dvc repro), which names "
+                            f"the matrix entry in ${ENV}")
+    group, key = split_address(address)
+    dims = MATRIX.get(group)
+    if dims is None or tuple(dims) != tuple(keys) or key is None:
+        raise PipelineError(f"${ENV} = {address!r} is not an entry of a matrix stage over {', '.join(keys)}; "
+                            f"pass {flags}")
+    data, path = _read_params(params_path)
+    validate_params(data, source=str(path))  # a hostile grid value stops here, in one line
+    lists = {k: get(data, dotted) for k, dotted in dims.items()}
+    entry = entry_names(lists).get(key)
+    if entry is None:
+        raise PipelineError(f"${ENV} = {address!r} names no single entry of the matrix over "
+                            + ", ".join(f"'{d}'" for d in dims.values()) + f" in {Path(path)}")
+    return {k: str(v) for k, v in entry.items()}

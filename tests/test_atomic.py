@@ -67,9 +67,10 @@ def test_stale_temporaries_are_removed_on_the_next_write(tmp_path):
     host = atomic._host()
     old_file = tmp_path / f"{TMP_PREFIX}x.csv.{host}-999999999.abc123.tmp"   # dead writer, 2 h old
     old_dir = tmp_path / f"{TMP_PREFIX}hub.otherhost-12.zz_9.tmp"           # another machine, 2 h old
-    fresh = tmp_path / f"{TMP_PREFIX}y.csv.{host}-999999999.def456.tmp"     # dead writer, but recent
+    fresh = tmp_path / f"{TMP_PREFIX}y.csv.{host}-999999999.def456.tmp"     # dead writer here, recent: removed
     live = tmp_path / f"{TMP_PREFIX}z.csv.{host}-{os.getpid()}.ghi789.tmp"  # 2 h old, writer alive
-    busy = tmp_path / f"{TMP_PREFIX}w.{host}-999999999.jkl.tmp"             # old dir, a file inside written now
+    busy = tmp_path / f"{TMP_PREFIX}w.otherhost-9.jkl.tmp"                  # old dir, a file inside written now
+    recent = tmp_path / f"{TMP_PREFIX}v.otherhost-9.mno.tmp"                 # another machine, recent: kept
     mine = tmp_path / ".notes.tmp"                                          # not ours: never touched
     old_file.write_text("junk")
     old_dir.mkdir()
@@ -79,6 +80,7 @@ def test_stale_temporaries_are_removed_on_the_next_write(tmp_path):
     busy.mkdir()
     (busy / "part").write_text("junk")
     mine.write_text("keep")
+    recent.write_text("junk")
     for path in (old_file, old_dir, live, mine):
         _age(path, 2 * STALE_SECONDS)
     _age(busy, 2 * STALE_SECONDS)
@@ -86,13 +88,12 @@ def test_stale_temporaries_are_removed_on_the_next_write(tmp_path):
 
     write_text(tmp_path / "result.txt", "ok")
     left = {p.name for p in tmp_path.iterdir()}
-    assert left == {"result.txt", fresh.name, live.name, busy.name, mine.name}
+    assert left == {"result.txt", live.name, busy.name, recent.name, mine.name}
 
     other = tmp_path / "sub"
     other.mkdir()
     stale_elsewhere = other / f"{TMP_PREFIX}q.{host}-999999999.x.tmp"
     stale_elsewhere.write_text("junk")
-    _age(stale_elsewhere, 2 * STALE_SECONDS)
     write_text(tmp_path / "again.txt", "ok")
     assert stale_elsewhere.exists()  # only the target's own directory is cleaned
 

@@ -202,7 +202,7 @@ def test_table_flat():
     out = cross_scale(table(cells, [1, 2, 10, 20], [2, 1, 10, 20]), resamples=R)
     t = cross_scale_table(out)
     assert list(t.columns) == ["pair", "statistic", "variable", "level", "value", "low", "high", "n"]
-    assert len(t) == 3 + 2 * 3  # 3 rho + 2 timing variables x (all, easy, hard)
+    assert len(t) == 3 + 2 * 4 + 1  # 3 rho + 2 timing variables x (all, easy, hard, easy tasks) + reversal
     row = t[(t.statistic == "concordance") & (t.variable == "acquisition_step") & (t.level == "easy")].iloc[0]
     assert row["value"] == 0 and row["n"] == 1
     row = t[(t.statistic == "rho") & (t.variable == "acquisition_step")].iloc[0]

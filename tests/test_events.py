@@ -264,12 +264,3 @@ def test_bad_seed_lists_name_the_key(repo_params, seeds):
     params["grid"]["seeds"] = seeds
     with pytest.raises(PipelineError, match=r"grid\.seeds"):
         seed_list(params)
-
-
-def test_paper_verdicts():
-    from stages.analysis.paper import _inside
-
-    assert _inside({"value": 1.0, "low": 1.0, "high": 1.0, "n": 3}, 1.0) == "reproduced"
-    assert _inside({"value": 0.33, "low": 0.0, "high": 1.0, "n": 3}, 1.0) == "inconclusive"  # too wide to tell
-    assert _inside({"value": 0.2, "low": 0.0, "high": 0.4, "n": 9}, 1.0) == "not reproduced"
-    assert _inside({"value": None, "low": None, "high": None, "n": 0}, 1.0) == "not measurable"

@@ -15,8 +15,14 @@ For every pair of model sizes (small, large), ordered by parameter count:
 * **concordance** of timing (``acquisition_step``, ``recovery_step``): over the pairs of cells with a
   defined value at both sizes, the share whose order is the same at both sizes. A pair ordered the
   same way scores 1, a pair whose order reverses scores 0, and **a pair tied at either size scores
-  1/2**. Reported over all pairs and within each difficulty class (pairs of cells of the same
-  ``level``); ``n`` is the number of pairs, and no pair gives ``value: None``;
+  1/2**. Reported over all pairs, within each difficulty level (``by_level``: pairs of cells of the
+  same ``level``) and within each of the paper's task classes (``by_class``: ``hard tasks`` = ADD,
+  MOD, MUL at any level, ``easy tasks`` = the others); ``n`` is the number of pairs, and no pair gives
+  ``value: None``;
+* **reversal**: the paper's "when task ordering reverses across scales, prediction fails at 26%".
+  Over the pairs of cells whose acquisition order reverses strictly between the two sizes, the
+  share in which the small model's geometry (its recovery order) predicts the large model's
+  acquisition order (1 same order, 0 opposite, 1/2 tied); ``n`` is the number of reversed pairs;
 * **reversed_pairs**: per timing variable, the pairs of cells whose order reverses, each written
   ``[cell earlier at the small size, cell earlier at the large size]`` with cells labelled
   ``"<task>-<level>"``.
@@ -49,6 +55,13 @@ TIMING = ("acquisition_step", "recovery_step")
 LEVEL_ORDER = ("easy", "medium", "hard")
 CONFIDENCE = 0.95
 TABLE_COLUMNS = ["pair", "statistic", "variable", "level", "value", "low", "high", "n"]
+HARD_TASKS = ("add", "mod", "mul")  # the paper's hard task class
+CLASSES = ("easy tasks", "hard tasks")
+
+
+def task_class(task: str) -> str:
+    """The paper's difficulty class of a task: ``hard tasks`` (ADD, MOD, MUL) or ``easy tasks``."""
+    return "hard tasks" if task in HARD_TASKS else "easy tasks"
 
 
 def cross_scale(runs: pd.DataFrame, resamples: int = 1000, seed: int = 0) -> dict:
@@ -58,8 +71,9 @@ def cross_scale(runs: pd.DataFrame, resamples: int = 1000, seed: int = 0) -> dic
     (a string) only when fewer than 2 model sizes are present, in which case ``pairs`` is empty.
     Each pair holds ``small``, ``large`` (model names), ``small_params``, ``large_params``,
     ``cells`` (cells present at both sizes), ``rho[variable]``,
-    ``concordance[variable] = {"all": stat, "by_level": {level: stat}}`` and
-    ``reversed_pairs[variable]``, where every ``stat`` is ``{"value", "low", "high", "n"}``.
+    ``concordance[variable] = {"all": stat, "by_level": {level: stat}, "by_class": {class: stat}}``,
+    ``reversal`` (a stat) and ``reversed_pairs[variable]``, where every ``stat`` is
+    ``{"value", "low", "high", "n"}``.
     JSON-serialisable: no NaN anywhere.
     """
     runs = _prepare(runs)
@@ -87,9 +101,13 @@ def cross_scale_table(result: dict) -> pd.DataFrame:
         for variable, conc in pair["concordance"].items():
             rows.append({"pair": name, "statistic": "concordance", "variable": variable, "level": "all",
                          **conc["all"]})
-            for level, stat in conc["by_level"].items():
-                rows.append({"pair": name, "statistic": "concordance", "variable": variable, "level": level,
-                             **stat})
+            for group in ("by_level", "by_class"):
+                for level, stat in conc.get(group, {}).items():
+                    rows.append({"pair": name, "statistic": "concordance", "variable": variable, "level": level,
+                                 **stat})
+        if "reversal" in pair:
+            rows.append({"pair": name, "statistic": "reversal", "variable": "acquisition_step", "level": "all",
+                         **pair["reversal"]})
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
@@ -125,8 +143,10 @@ def _pair(runs: pd.DataFrame, small: str, large: str, resamples: int, seed: int)
     groups = [g.groupby(["task", "level"], sort=False).indices for g in by_size]
     cells = sorted(set(groups[0]) & set(groups[1]), key=lambda c: (c[0], _level_key(c[1])))
     labels = np.array([f"{t}-{l}" for t, l in cells], dtype=object)
-    levels = np.array([l for _, l in cells], dtype=object)
-    level_names = sorted(set(levels), key=_level_key)
+    groups_of = {"by_level": np.array([l for _, l in cells], dtype=object),
+                 "by_class": np.array([task_class(t) for t, _ in cells], dtype=object)}
+    names = {"by_level": sorted(set(groups_of["by_level"]), key=_level_key),
+             "by_class": [c for c in CLASSES if c in set(groups_of["by_class"])]}
 
     # values[c, s, k, v]: seed k of cell c at size s (NaN-padded); counts[c, s]: its number of seeds
     counts = np.array([[len(groups[s][c]) for s in range(2)] for c in cells], dtype=int).reshape(len(cells), 2)
@@ -139,8 +159,8 @@ def _pair(runs: pd.DataFrame, small: str, large: str, resamples: int, seed: int)
 
     origin = np.arange(len(cells))
     medians = _nanmedian(values)
-    point = _statistics(medians, levels, origin, level_names)
-    boot = _bootstrap(values, counts, levels, level_names, resamples, seed) if len(cells) else {}
+    point = _statistics(medians, groups_of, origin, names)
+    boot = _bootstrap(values, counts, groups_of, names, resamples, seed) if len(cells) else {}
 
     def stat(key):
         value, n = point[key]
@@ -154,7 +174,9 @@ def _pair(runs: pd.DataFrame, small: str, large: str, resamples: int, seed: int)
         "cells": len(cells),
         "rho": {v: stat(("rho", v)) for v in VARIABLES},
         "concordance": {v: {"all": stat(("conc", v, None)),
-                            "by_level": {l: stat(("conc", v, l)) for l in level_names}} for v in TIMING},
+                            **{g: {l: stat(("conc", v, g, l)) for l in names[g]} for g in names}}
+                        for v in TIMING},
+        "reversal": stat(("reversal",)),
         "reversed_pairs": {v: _reversed(medians[:, :, VARIABLES.index(v)], labels) for v in TIMING},
     }
 
@@ -166,8 +188,9 @@ def _nanmedian(values: np.ndarray) -> np.ndarray:
         return np.nanmedian(values, axis=2)
 
 
-def _statistics(medians: np.ndarray, levels: np.ndarray, origin: np.ndarray, level_names) -> dict:
-    """``{key: (value or None, n)}`` for every rho and concordance, on ``medians[cell, size, var]``."""
+def _statistics(medians: np.ndarray, groups_of: dict, origin: np.ndarray, names: dict) -> dict:
+    """``{key: (value or None, n)}`` for every rho, concordance and the reversal statistic, on
+    ``medians[cell, size, var]``; ``groups_of[grouping]`` labels each cell (its level, its task class)."""
     out = {}
     for j, v in enumerate(VARIABLES):
         out[("rho", v)] = _rho(medians[:, 0, j], medians[:, 1, j])
@@ -175,11 +198,27 @@ def _statistics(medians: np.ndarray, levels: np.ndarray, origin: np.ndarray, lev
         j = VARIABLES.index(v)
         score, keep = _pair_scores(medians[:, 0, j], medians[:, 1, j], origin)
         out[("conc", v, None)] = _share(score, keep)
-        same = levels[:, None] == levels[None, :]
-        for level in level_names:
-            in_level = same & (levels[:, None] == level)
-            out[("conc", v, level)] = _share(score, keep & in_level)
+        for grouping, labels in groups_of.items():
+            same = labels[:, None] == labels[None, :]
+            for name in names[grouping]:
+                out[("conc", v, grouping, name)] = _share(score, keep & same & (labels[:, None] == name))
+    out[("reversal",)] = _reversal(medians, origin)
     return out
+
+
+def _reversal(medians: np.ndarray, origin: np.ndarray) -> tuple:
+    """Over pairs of cells whose acquisition order reverses strictly between the sizes: the share in
+    which the small size's recovery order matches the large size's acquisition order (ties 1/2)."""
+    acq, rec = VARIABLES.index("acquisition_step"), VARIABLES.index("recovery_step")
+    small_acq, large_acq, small_rec = medians[:, 0, acq], medians[:, 1, acq], medians[:, 0, rec]
+    with np.errstate(invalid="ignore"):
+        d_large = np.sign(large_acq[:, None] - large_acq[None, :])
+        reversed_ = np.sign(small_acq[:, None] - small_acq[None, :]) * d_large < 0
+        product = np.sign(small_rec[:, None] - small_rec[None, :]) * d_large
+    defined = np.isfinite(small_rec)
+    keep = np.triu(reversed_, k=1) & defined[:, None] & defined[None, :] & (origin[:, None] != origin[None, :])
+    score = np.where(product > 0, 1.0, np.where(product < 0, 0.0, 0.5))
+    return _share(score, keep)
 
 
 def _rho(a: np.ndarray, b: np.ndarray) -> tuple:
@@ -218,7 +257,7 @@ def _reversed(medians: np.ndarray, labels: np.ndarray) -> list[list[str]]:
     return [[str(x), str(y)] for x, y in sorted(out)]
 
 
-def _bootstrap(values: np.ndarray, counts: np.ndarray, levels: np.ndarray, level_names,
+def _bootstrap(values: np.ndarray, counts: np.ndarray, groups_of: dict, names: dict,
                resamples: int, seed: int) -> dict:
     """``{key: [defined statistic of each resample]}``: cells drawn with replacement, then seeds
     drawn with replacement within each drawn cell, independently at each size."""
@@ -232,7 +271,7 @@ def _bootstrap(values: np.ndarray, counts: np.ndarray, levels: np.ndarray, level
         seeds = (rng.random((n_cells, 2, depth)) * m[:, :, None]).astype(int)
         drawn = values[picked[:, None, None], np.arange(2)[None, :, None], seeds]  # (cells, 2, depth, vars)
         drawn[slot[None, None, :] >= m[:, :, None]] = np.nan               # padding: draw only m seeds
-        stats = _statistics(_nanmedian(drawn), levels[picked], picked, level_names)
+        stats = _statistics(_nanmedian(drawn), {g: labels[picked] for g, labels in groups_of.items()}, picked, names)
         for key, (value, _) in stats.items():
             if value is not None:
                 out.setdefault(key, []).append(value)

@@ -1,15 +1,17 @@
-"""This run's numbers next to the paper's headline claims, each with a verdict, and the small
-summary that ``dvc exp show`` / ``dvc metrics diff`` read.
+"""This run's numbers next to the paper's headline claims, one verdict rule for all of them, and the
+small summary that ``dvc metrics show`` / ``dvc exp show`` read.
 
-Verdicts (``compare``):
+The rule (:mod:`stages.analysis.verdicts`, docs/verdicts.md): a point claim is ``consistent`` when the
+paper's value lies inside this run's 95% interval and the interval is narrow enough, ``not
+reproduced`` when it lies outside, ``inconclusive`` when it lies inside an interval too wide; a
+one-sided claim (a lag, rho above 0.92) is decided by the interval's bound on the claimed side;
+``not measurable (needs ...)`` when the inputs are missing or too few. :func:`markdown` writes the
+rule into ``metrics/paper.md`` itself.
 
-* ``reproduced``: the paper's value lies inside this run's 95% interval (for a lag: the whole
-  interval of the median lead is below 0);
-* ``not reproduced``: it lies outside (for a lag: the interval is at or above 0);
-* ``inconclusive``: the paper's value lies inside an interval too wide to tell (a rate whose
-  interval spans more than half of [0, 1]), or a lag whose interval straddles 0;
-* ``not measurable``: the grid has no runs for the claim (e.g. one model size for a cross-scale
-  claim, no real Pythia checkpoints).
+Rows per measure where the paper's measure (raw RankMe) and this project's (centred RankMe) differ;
+both groupings (by difficulty level, and by the paper's task classes: hard = ADD, MOD, MUL), each
+labelled; the Pythia runs are never pooled with the algorithmic ones. Cross-scale rows compare the
+smallest and the largest model size of the grid (every pair: ``data/events/cross_scale.csv``).
 
 The paper's numbers (Billa, arXiv 2602.15997) are constants here, to compare against, never to tune to.
 """
@@ -17,162 +19,281 @@ from __future__ import annotations
 
 import pandas as pd
 
-from stages.analysis import bootstrap
+from stages.analysis import verdicts as V
+from stages.analysis.cross_scale import HARD_TASKS, task_class
 from stages.analysis.summary import CELL
 
-HARD_TASKS = ("add", "mod", "mul")  # the paper's hard tasks
+PYTHIA_TASK = "pythia"               # stages.pythia.settings.TASK (not imported: no pythia stack here)
 MOD_FLOOR = 2.0                      # the paper's MOD collapse floor (raw RankMe), at every size
-MOD_FLOOR_BAND = (1.5, 2.5)          # "~2.0": reproduced when the interval reaches this band
+TOP_DOWN = 28 / 32                   # the paper's top-down consistency (task x model)
+RHO = 0.92                           # the paper's cross-scale Spearman rho: above this
+CONCORDANCE = {"easy": 0.52, "hard": 0.69}  # within-class timing concordance
+REVERSAL = 0.26                      # prediction when task order reverses across scales
+MEASURE_NAMES = {"rankme": "raw RankMe (paper's)", "rankme_centred": "centred RankMe"}
+COLUMNS = ["claim", "measure", "grouping", "paper", "this_run", "n", "verdict", "needs", "rule", "how"]
+GROUPINGS = {  # label -> (how to select the rows, which class)
+    "level hard": lambda r: r["level"] == "hard",
+    "level easy": lambda r: r["level"] == "easy",
+    "hard tasks (ADD, MOD, MUL)": lambda r: r["task"].isin(HARD_TASKS),
+    "easy tasks (the other five)": lambda r: ~r["task"].isin(HARD_TASKS),
+}
 
 
-def _ci(rows: pd.DataFrame, statistic, resamples: int, seed: int) -> dict:
-    return bootstrap.interval(rows.reset_index(drop=True), statistic, CELL, resamples, seed)
-
-
-WIDE = 0.5  # a rate's interval wider than this cannot confirm a value
-
-
-def _inside(ci: dict, value: float, wide: float | None = WIDE) -> str:
-    if ci["value"] is None:
-        return "not measurable"
-    low = ci["low"] if ci["low"] is not None else ci["value"]
-    high = ci["high"] if ci["high"] is not None else ci["value"]
-    if not low - 1e-12 <= value <= high + 1e-12:
-        return "not reproduced"
-    return "inconclusive" if wide is not None and high - low > wide else "reproduced"
-
-
-def _fmt(ci: dict, percent: bool = False) -> str:
-    if ci["value"] is None:
-        return "-"
-    f = (lambda v: f"{100 * v:.0f}%") if percent else (lambda v: f"{v:.3g}")
-    interval = "" if ci["low"] is None else f" [{f(ci['low'])}, {f(ci['high'])}]"
-    return f"{f(ci['value'])}{interval} (n={ci['n']})"
+def _row(claim, measure, grouping, paper, est, verdict, rule, how, percent=True) -> dict:
+    measurable = verdict != V.NOT_MEASURABLE
+    return {"claim": claim, "measure": measure, "grouping": grouping, "paper": paper,
+            "this_run": V.fmt(est, percent) if measurable else "-", "n": V.size(est) if measurable else "-",
+            "verdict": verdict, "needs": "" if measurable else (est.get("needs") or "its inputs"), "rule": rule,
+            "how": how}
 
 
 def compare(rows: pd.DataFrame, primary: str, cross: dict, pythia_sets: pd.DataFrame,
             resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """One row per headline claim: claim, paper, this_run, verdict, how (what was measured).
+    """One row per claim, measure and grouping (:data:`COLUMNS`).
 
     ``rows``: the long per-run table of the events stage (one row per run and measure);
-    ``cross``: the cross-scale result; ``pythia_sets``: per-set Pythia events."""
+    ``primary``: the measure whose dip gives each run's verdict (``events.measure``);
+    ``cross``: the cross-scale result (algorithmic runs only); ``pythia_sets``: per-set Pythia events."""
     out = []
+    algo = rows[rows["task"] != PYTHIA_TASK]
+    acquired = algo[algo["acquisition_step"].notna()]
+    share_rule = f"share: paper inside the exact 95% interval, width <= {V.SHARE_WIDTH:.0%}"
 
-    def add(claim, paper, ci, verdict, how, percent=True):
-        out.append({"claim": claim, "paper": paper, "this_run": _fmt(ci, percent), "verdict": verdict, "how": how})
+    for measure in dict.fromkeys([primary, "rankme"]):
+        name = MEASURE_NAMES.get(measure, measure)
+        m = acquired[acquired["measure"] == measure]
+        for grouping, select in GROUPINGS.items():
+            hard = grouping.startswith(("level hard", "hard tasks"))
+            g = m[select(m)]
+            paper = 1.0 if hard else 0.0
+            est = V.share(g, "precursor", CELL, resamples, seed,
+                          needs=f"acquired runs with a decided verdict in {grouping} (grid.tasks, grid.levels)")
+            undecided = int(g["precursor"].isna().sum())
+            out.append(_row("precursor (recovery leads acquisition)", name, grouping,
+                            "100%" if hard else "0% (together)", est, V.share_verdict(est, paper), share_rule,
+                            f"lead >= events.precursor_min_lead of the acquisition step; {undecided} undetermined "
+                            "run(s) left out"))
 
-    acquired = rows[rows["acquisition_step"].notna()]
-    for measure in dict.fromkeys([primary, "rankme"]):  # the verdict's measure, then the paper's raw RankMe
-        label = measure
-        hard = acquired[(acquired["measure"] == measure) & acquired["task"].isin(HARD_TASKS)
-                        & (acquired["level"] == "hard")]
-        ci = _ci(hard, bootstrap.rate("precursor"), resamples, seed)
-        add(f"precursor on hard tasks ({label})", "100% (ADD, MOD, MUL, all sizes)", ci, _inside(ci, 1.0),
-            "acquired runs of add/mod/mul at level hard; precursor = recovery leads acquisition by "
-            "events.precursor_min_lead")
-        easy = acquired[(acquired["measure"] == measure) & (acquired["level"] == "easy")]
-        ci = _ci(easy, bootstrap.rate("precursor"), resamples, seed)
-        add(f"no precursor on easy tasks ({label})", "0% (together)", ci, _inside(ci, 0.0),
-            "acquired runs at level easy")
+    for measure in dict.fromkeys(["rankme", primary]):
+        name = MEASURE_NAMES.get(measure, measure)
+        m = algo[(algo["measure"] == measure) & (algo["task"] == "mod")]
+        for model, g in (m.groupby("model", sort=True) if len(m) else [("-", m)]):
+            est = V.median(g, "floor", CELL, resamples, seed, needs="mod runs with a dip (grid.tasks: mod)")
+            out.append(_row(f"MOD collapse floor ({model})", name, "mod, all levels", "~2.0 at every size", est,
+                            V.magnitude_verdict(est, MOD_FLOOR),
+                            f"magnitude: paper inside the 95% interval of the median, width <= "
+                            f"{V.MAGNITUDE_WIDTH:.0%} of the paper's value", _floor_note(g), percent=False))
+
+    for measure in dict.fromkeys(["rankme", primary]):
+        name = MEASURE_NAMES.get(measure, measure)
+        m = algo[algo["measure"] == measure]
+        est = V.share(m, "top_down", CELL, resamples, seed,
+                      needs="runs with two or more varying layers that collapse (grid.models)")
+        out.append(_row("collapse is top-down", name, "all algorithmic runs (Pythia not pooled)", "28/32 (88%)",
+                        est, V.share_verdict(est, TOP_DOWN), share_rule, _layers_note(m)))
 
     llc = acquired[acquired["measure"] == "llc"]
-    ci = _ci(llc, bootstrap.rate("precursor"), resamples, seed)
-    add("LLC is not a precursor", "0/24 (synchronous)", ci, _inside(ci, 0.0), "acquired runs, all levels")
+    est = V.share(llc, "precursor", CELL, resamples, seed, needs=_landscape_needs(llc, "LLC"))
+    out.append(_row("LLC is not a precursor", "llc", "all levels", "0/24 (synchronous)", est,
+                    V.share_verdict(est, 0.0), share_rule, _truncated_note(llc)))
 
     hess = acquired[acquired["measure"] == "hessian_top1"]
-    ci = _ci(hess, bootstrap.median("lead_fraction"), resamples, seed)
-    if ci["value"] is None:
-        verdict = "not measurable"
-    elif ci["high"] is not None and ci["high"] < 0:
-        verdict = "reproduced"
-    elif ci["low"] is not None and ci["low"] >= 0 or ci["low"] is None and ci["value"] >= 0:
-        verdict = "not reproduced"
-    else:
-        verdict = "inconclusive"
-    add("Hessian lags acquisition", "lags", ci, verdict,
-        "median lead of the Hessian half-rise, share of the acquisition step (< 0: after acquisition)",
-        percent=False)
+    est = V.median(hess, "lead_fraction", CELL, resamples, seed, needs=_landscape_needs(hess, "Hessian"))
+    out.append(_row("Hessian lags acquisition", "hessian_top1", "all levels", "lags (lead < 0)", est,
+                    V.one_sided_verdict(est, 0.0, "below"),
+                    "one-sided: consistent when the whole interval is below 0, not reproduced when at or above 0",
+                    "median lead of the Hessian half-rise, share of the acquisition step (< 0: after acquisition); "
+                    + _truncated_note(hess), percent=False))
 
-    mod = rows[(rows["measure"] == "rankme") & (rows["task"] == "mod")]
-    for model, g in mod.groupby("model", sort=True):
-        ci = _ci(g, bootstrap.median("floor"), resamples, seed)
-        if ci["value"] is None:
-            verdict = "not measurable"
-        else:
-            low = ci["low"] if ci["low"] is not None else ci["value"]
-            high = ci["high"] if ci["high"] is not None else ci["value"]
-            verdict = "reproduced" if low <= MOD_FLOOR_BAND[1] and high >= MOD_FLOOR_BAND[0] else "not reproduced"
-        add(f"MOD collapse floor ({model})", "RankMe ~2.0 at every size", ci, verdict,
-            f"median raw-RankMe floor of mod runs (all levels); reproduced when the interval reaches "
-            f"{MOD_FLOOR_BAND[0]}-{MOD_FLOOR_BAND[1]}", percent=False)
+    out.extend(_cross_rows(cross))
+    out.extend(_pythia_rows(pythia_sets))
+    return pd.DataFrame(out, columns=COLUMNS)
 
-    p = rows[rows["measure"] == primary]
-    ci = _ci(p, bootstrap.rate("top_down"), resamples, seed)
-    add("collapse is top-down", "28/32 (88%)", ci, _inside(ci, 28 / 32),
-        "runs with two or more varying layers that collapse at different checkpoints; ties count as not top-down")
 
-    pairs = {k: v for k, v in (cross.get("pairs") or {}).items() if v.get("cells")}
+def _floor_note(g: pd.DataFrame) -> str:
+    if not len(g):
+        return "no mod runs"
+    parts = []
+    for column, label in (("floor_mean_dominance", "mean dominance"), ("floor_rankme_centred", "centred RankMe"),
+                          ("floor_rankme", "raw RankMe")):
+        if column in g.columns:
+            v = pd.to_numeric(g[column], errors="coerce").dropna()
+            if len(v) and not (g["measure"].iloc[0] == column[len("floor_"):]):
+                parts.append(f"{label} {v.min():.3g}-{v.max():.3g}")
+    steps = pd.to_numeric(g["floor_step"], errors="coerce").dropna() if "floor_step" in g.columns else []
+    where = f"floor at step {int(steps.min())}-{int(steps.max())}" if len(steps) else "no floor"
+    return f"{where}; at the floor: " + ", ".join(parts) if parts else where
+
+
+def _layers_note(m: pd.DataFrame) -> str:
+    if "varying_layers" not in m.columns or not len(m):
+        return "no runs"
+    decided = m[m["top_down"].notna()]
+    by = decided["varying_layers"].value_counts().sort_index()
+    layers = ", ".join(f"{int(k)} varying layers in {int(v)} runs" for k, v in by.items()) or "none"
+    simultaneous = int((decided["order"] == "simultaneous").sum())
+    return (f"decided by {layers}; {simultaneous} simultaneous (not top-down); "
+            f"{int(m['top_down'].isna().sum())} undetermined")
+
+
+def _landscape_needs(m: pd.DataFrame, name: str) -> str:
+    truncated = int((m["status"] == "truncated").sum()) if "status" in m.columns else 0
+    if truncated:
+        return (f"{name} rises followed past their peak ({truncated} of {len(m)} cut off by the measured window: "
+                "raise landscape.follow.extra)")
+    return f"acquired runs with a {name} half-rise (stage landscape)"
+
+
+def _truncated_note(m: pd.DataFrame) -> str:
+    if "status" not in m.columns or not len(m):
+        return ""
+    t = int((m["status"] == "truncated").sum())
+    return f"{t} rise(s) cut off by the measured window (truncated, not events)" if t else "no rise truncated"
+
+
+def _cross_rows(cross: dict) -> list[dict]:
+    pairs = [p for p in (cross.get("pairs") or {}).values() if p.get("cells")]
+    need = "two model sizes with task x level cells in common (grid.models; the Pythia stand-in is not a size)"
+    rho_rule = f"one-sided: consistent when the interval's lower bound > {RHO}, not reproduced when its upper bound <= {RHO}"
     if not pairs:
-        empty = {"value": None, "low": None, "high": None, "n": 0}
-        add("cross-scale ordering of floors and phase boundaries", "Spearman rho > 0.92", empty, "not measurable",
-            "needs two model sizes with task x level cells in common (grid.models)", percent=False)
-        add("timing concordance within a difficulty class", "52% (easy) - 69% (hard); 26% on reversal", empty,
-            "not measurable", "needs two model sizes with task x level cells in common (grid.models)")
-    for name, pair in pairs.items():
-        if not pair.get("cells"):  # sizes with no task x level cell in common (e.g. a Pythia model and p405k)
-            continue
-        for variable in ("floor_ratio", "recovery_step", "acquisition_step"):
-            ci = pair["rho"][variable]
-            verdict = "not measurable" if ci["value"] is None else (
-                "reproduced" if (ci["high"] if ci["high"] is not None else ci["value"]) > 0.92 else "not reproduced")
-            add(f"cross-scale rho of {variable} ({name})", "> 0.92", ci, verdict,
-                "Spearman rho across task x level cells, seed medians", percent=False)
-        for level, paper in (("easy", 0.52), ("hard", 0.69)):
-            ci = pair["concordance"]["acquisition_step"]["by_level"].get(level) or {"value": None, "low": None,
-                                                                                       "high": None, "n": 0}
-            add(f"timing concordance, {level} ({name})", f"{paper:.0%}", ci, _inside(ci, paper),
-                "share of pairs of cells of the class ordered alike by acquisition step at both sizes")
-
-    ld = pythia_sets[pythia_sets["eval_set"] == "logical_deduction"] if len(pythia_sets) else pythia_sets
-    real = [m for m in ld["model"].unique()] if len(ld) else []
-    note = ("offline suite only (" + ", ".join(real) + "): not the paper's Pythia-2.8B") if real else "no Pythia runs"
-    for r in (ld.to_dict("records") if len(ld) else []):
-        gap = r["acquisition_step"] - r["recovery_step"] if pd.notna(r["acquisition_step"]) and pd.notna(
-            r["recovery_step"]) else None
-        ci = {"value": None if gap is None else float(gap), "low": None, "high": None, "n": 1}
-        verdict = "not measurable" if r["model"] != "2.8b" else (
-            "reproduced" if r["precursor"] is True else "not reproduced")
-        add(f"Pythia logical-deduction precursor gap ({r['model']})", "~49K steps on Pythia-2.8B; none on easy sets",
-            ci, verdict, note + f"; acquisition {r['acquisition_status']}", percent=False)
-    if not real:
-        add("Pythia logical-deduction precursor gap", "~49K steps on Pythia-2.8B; none on easy sets",
-            {"value": None, "low": None, "high": None, "n": 0}, "not measurable", note)
-    return pd.DataFrame(out, columns=["claim", "paper", "this_run", "verdict", "how"])
-
-
-def summary_metrics(levels: dict, cells: pd.DataFrame, cross: dict) -> dict:
-    """A few dozen numbers for ``dvc exp show`` / ``dvc metrics diff``: per level the precursor rate
-    with its interval, the median lead, the top-down rate; per configuration the share of seeds with
-    a precursor and the median acquisition and recovery steps; the cross-scale rho of acquisition
-    per pair of sizes. Numbers only (no params, no text)."""
-    out: dict = {}
-    for level, s in levels.items():
-        rate = s["precursor_rate"]
-        out[level] = {"precursor": rate["value"], "precursor_lo": rate["low"], "precursor_hi": rate["high"],
-                      "lead": s["median_lead_fraction"]["value"], "top_down": s["top_down_rate"]["value"],
-                      "acquired": s["acquired"]}
-    for c in cells.itertuples():
-        out.setdefault("configs", {})[f"{c.task}-{c.level}-{c.model}"] = {
-            "precursor": None if not c.decided else c.precursor_seeds / c.decided,
-            "acquisition": c.acquisition, "recovery": c.recovery}
-    for name, pair in (cross.get("pairs") or {}).items():
-        out.setdefault("cross_scale", {})[name] = {"rho_acquisition": pair["rho"]["acquisition_step"]["value"],
-                                                   "concordance": pair["concordance"]["acquisition_step"]["all"]["value"]}
+        out = [_row("cross-scale ordering of floors and phase boundaries", "rankme", "task x level cells",
+                    f"Spearman rho > {RHO}", V.missing(need), V.NOT_MEASURABLE, rho_rule, "")]
+        for level, paper in CONCORDANCE.items():
+            out.append(_row("timing concordance within a class", "acquisition step", f"level {level}", f"{paper:.0%}",
+                            V.missing(need), V.NOT_MEASURABLE, "share", ""))
+        out.append(_row("prediction when task order reverses across scales", "recovery -> acquisition",
+                        "reversed pairs", f"{REVERSAL:.0%}", V.missing(need), V.NOT_MEASURABLE, "share", ""))
+        return out
+    pair = max(pairs, key=lambda p: ((p["large_params"] or 0) - (p["small_params"] or 0), p["large"]))
+    name = f"{pair['small']} vs {pair['large']}"
+    out = []
+    for variable in ("floor_ratio", "recovery_step", "acquisition_step"):
+        ci = pair["rho"][variable]
+        est = V.from_interval(ci, f"3 or more cells with a defined {variable} at both sizes (has {ci['n']})")
+        if est["value"] is not None:
+            est["configs"] = None
+        out.append(_row(f"cross-scale rho of {variable} ({name})", "rankme" if variable != "acquisition_step" else "-",
+                        f"{ci['n']} task x level cells", f"> {RHO}", est, V.one_sided_verdict(est, RHO, "above"),
+                        rho_rule, "Spearman rho across cells, seed medians; interval: bootstrap over cells and seeds",
+                        percent=False))
+    enough = V.pairs_to_tell(CONCORDANCE["easy"], CONCORDANCE["hard"])
+    conc = pair["concordance"]["acquisition_step"]
+    for grouping, key, labels in (("level", "by_level", {"easy": "easy", "hard": "hard"}),
+                                  ("class", "by_class", {"easy": "easy tasks", "hard": "hard tasks"})):
+        for cls, paper in CONCORDANCE.items():
+            ci = conc.get(key, {}).get(labels[cls]) or {"value": None, "low": None, "high": None, "n": 0}
+            est = _pair_share(ci, enough, f"{enough} within-class pairs of cells to tell 52% from 69% "
+                                          f"(has {ci['n']}; grid.tasks)")
+            out.append(_row(f"timing concordance within a class ({name})", "acquisition step",
+                            f"{grouping} {labels[cls]}", f"{paper:.0%}", est, V.share_verdict(est, paper),
+                            f"share; reported with >= {enough} pairs",
+                            "pairs of cells of the class ordered alike by acquisition step at both sizes"))
+    enough_rev = V.pairs_to_tell(REVERSAL, 0.5)
+    ci = pair.get("reversal") or {"value": None, "low": None, "high": None, "n": 0}
+    est = _pair_share(ci, enough_rev, f"{enough_rev} pairs of cells whose acquisition order reverses, to tell 26% "
+                                      f"from a coin flip (has {ci['n']})")
+    out.append(_row(f"prediction when task order reverses across scales ({name})", "recovery -> acquisition",
+                    "reversed pairs", f"{REVERSAL:.0%}", est, V.share_verdict(est, REVERSAL),
+                    f"share; reported with >= {enough_rev} pairs",
+                    "share of the reversed pairs whose small-size recovery order predicts the large-size "
+                    "acquisition order"))
     return out
 
 
-def markdown(table: pd.DataFrame) -> str:
-    """The comparison as a Markdown table (for the README)."""
-    lines = ["| claim | paper | this run (95% interval, n) | verdict |", "|---|---|---|---|"]
-    lines += [f"| {r.claim} | {r.paper} | {r.this_run} | {r.verdict} |" for r in table.itertuples()]
+def _pair_share(ci: dict, enough: int, needs: str) -> dict:
+    """A share over pairs of cells: measurable with ``enough`` pairs; its interval the bootstrap interval
+    widened to contain the exact interval of its pairs (pairs share cells, so neither alone suffices)."""
+    if ci.get("value") is None or ci["n"] < enough:
+        return V.missing(needs, ci.get("n", 0))
+    low, high = V.clopper_pearson(round(ci["value"] * ci["n"]), ci["n"])
+    if ci.get("low") is not None:
+        low, high = min(low, ci["low"]), max(high, ci["high"])
+    return {"value": ci["value"], "low": low, "high": high, "n": ci["n"], "k": None, "configs": None, "needs": None}
+
+
+def _pythia_rows(pythia_sets: pd.DataFrame) -> list[dict]:
+    claim, paper = "Pythia logical-deduction precursor gap", "~49K steps on Pythia-2.8B; none on easy sets"
+    ld = pythia_sets[pythia_sets["eval_set"] == "logical_deduction"] if len(pythia_sets) else pythia_sets
+    out = []
+    for r in (ld.to_dict("records") if len(ld) else []):
+        if r["model"] != "2.8b":
+            out.append(_row(f"{claim} ({r['model']})", "rankme", "Pythia (not pooled)", paper,
+                            V.missing("EleutherAI's Pythia-2.8B checkpoints (pythia.profile: pythia); this is the "
+                                      f"offline stand-in {r['model']}"), V.NOT_MEASURABLE, "-",
+                            f"acquisition {r['acquisition_status']}"))
+            continue
+        gap = (r["acquisition_step"] - r["recovery_step"] if pd.notna(r["acquisition_step"])
+               and pd.notna(r["recovery_step"]) else None)
+        est = {"value": gap, "low": gap, "high": gap, "n": 1, "k": None, "configs": 1, "needs": None}
+        verdict = (V.NOT_MEASURABLE if r["precursor"] is None or pd.isna(r["precursor"])
+                   else V.CONSISTENT if r["precursor"] else V.NOT_REPRODUCED)
+        if verdict == V.NOT_MEASURABLE:
+            est = V.missing("a decided precursor verdict on logical deduction (acquisition "
+                            f"{r['acquisition_status']})")
+        out.append(_row(f"{claim} ({r['model']})", "rankme", "Pythia (not pooled)", paper, est, verdict,
+                        "one run: precursor verdict of the shared rule", "", percent=False))
+    if not len(ld):
+        out.append(_row(claim, "rankme", "Pythia (not pooled)", paper,
+                        V.missing("Pythia runs with a logical_deduction evaluation set (pythia.models)"),
+                        V.NOT_MEASURABLE, "-", ""))
+    return out
+
+
+NA = "n/a"  # DVC leaves JSON nulls out of its tables: a value that cannot be computed is this string
+
+
+def summary_metrics(paper: pd.DataFrame, rows: pd.DataFrame, primary: str) -> dict:
+    """The few numbers ``dvc metrics show`` prints on one screen, flat and self-explanatory:
+    how many claims got each verdict, the precursor share of ``primary`` in each grouping (acquired
+    algorithmic runs with a decided verdict; ``n/a`` when there are none) and how many runs acquired."""
+    counts = V.counts(paper["verdict"])
+    out = {k.replace(" ", "_"): v for k, v in counts.items()}
+    algo = rows[(rows["task"] != PYTHIA_TASK) & (rows["measure"] == primary)]
+    acquired = algo[algo["acquisition_step"].notna()]
+    for label, select in (("hard_level", lambda r: r["level"] == "hard"), ("easy_level", lambda r: r["level"] == "easy"),
+                          ("hard_tasks", lambda r: r["task"].isin(HARD_TASKS)),
+                          ("easy_tasks", lambda r: ~r["task"].isin(HARD_TASKS))):
+        decided = acquired[select(acquired)]["precursor"].dropna()
+        out[f"precursor_{label}"] = round(float(decided.astype(bool).mean()), 3) if len(decided) else NA
+    out["runs"], out["acquired_runs"] = int(len(algo)), int(len(acquired))
+    return out
+
+
+def _verdict_cell(r) -> str:
+    return f"not measurable (needs {r.needs})" if r.verdict == V.NOT_MEASURABLE else r.verdict
+
+
+def markdown(table: pd.DataFrame, primary: str = "rankme_centred") -> str:
+    """``metrics/paper.md``: the verdict rule, the table, the verdict counts and each row's notes."""
+    counts = V.counts(table["verdict"])
+    lines = [
+        "# This run against the paper's claims",
+        "",
+        "Verdict rule, the same for every row (docs/verdicts.md):",
+        "",
+        f"- **consistent**: the paper's value lies inside this run's 95% interval and the interval is narrow "
+        f"enough: width <= {V.SHARE_WIDTH:.0%} for a share, <= {V.MAGNITUDE_WIDTH:.0%} of the paper's value for a "
+        "magnitude (a collapse floor);",
+        "- **not reproduced**: the paper's value lies outside the interval;",
+        "- **inconclusive**: the paper's value lies inside an interval too wide to confirm it;",
+        "- one-sided claims (a lag; rho > 0.92) are decided by the interval's bound on the claimed side: "
+        "consistent when the whole interval lies on the claimed side, not reproduced when it lies wholly on "
+        "the other, inconclusive when it straddles;",
+        "- **not measurable (needs ...)**: the inputs are missing or too few; no number is shown.",
+        "",
+        "Shares (precursor, top-down, concordance) carry the exact Clopper-Pearson interval of k of n runs, "
+        "widened to contain the hierarchical bootstrap interval over configurations and seeds when more than "
+        "one configuration contributes; magnitudes and leads the bootstrap interval of the median. `n` counts "
+        "configurations (task, level, model) and runs. Runs whose verdict is undetermined are left out of n. "
+        f"The events stage marks runs by `{primary}`; the paper measured raw RankMe; both are shown. "
+        "The Pythia runs are never pooled with the algorithmic ones.",
+        "",
+        "| claim | measure | grouping | paper | this run (95% interval) | n | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {r.claim} | {r.measure} | {r.grouping} | {r.paper} | {r.this_run} | {r.n} | {_verdict_cell(r)} |"
+              for r in table.itertuples()]
+    lines += ["", "Verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + f" (of {len(table)} rows).",
+              "", "Notes per row (how each number was measured; what a not-measurable row needs):", ""]
+    lines += [f"{i}. {r.claim}, {r.measure}, {r.grouping}: {r.how or '-'}" for i, r in enumerate(table.itertuples(), 1)]
     return "\n".join(lines) + "\n"

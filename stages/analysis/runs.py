@@ -58,9 +58,31 @@ def run_events(frame: pd.DataFrame, rules: Rules, layer="last") -> tuple[list[di
             layer_rows.append({"measure": measure, "layer": l, **d.to_dict()})
         order = layer_order(collapse)
         rows.append({"measure": measure, "direction": "dip", **base, **dip_fields(dip, acq, steps, rules),
+                     **at_floor(frame, dip.floor_step, layer, layers),
                      "order": order["order"], "order_spearman": order["spearman"], "top_down": order["top_down"],
-                     "order_ties": order["ties"], "order_layers": len(order["layers"])})
+                     "order_ties": order["ties"], "order_layers": len(order["layers"]),
+                     "varying_layers": len(layers)})
     return rows, layer_rows
+
+
+AT_FLOOR = ("mean_dominance", "rankme_centred", "rankme")
+
+
+def at_floor(frame: pd.DataFrame, floor_step: int | None, layer, layers: list[int]) -> dict:
+    """``floor_<column>`` for the columns of :data:`AT_FLOOR` present: the chosen layer's value at the
+    dip's floor checkpoint (``None`` without a floor), e.g. how dominant the mean is at the raw floor
+    and what centred RankMe reads there."""
+    out = {}
+    for column in AT_FLOOR:
+        if column not in frame.columns:
+            continue
+        value = None
+        if floor_step is not None:
+            series = layer_series(frame, column, layer, layers)
+            value = float(series.loc[floor_step]) if floor_step in series.index else None
+            value = None if value is None or not np.isfinite(value) else value
+        out[f"floor_{column}"] = value
+    return out
 
 
 def dip_fields(dip, acq: int | None, steps, rules: Rules) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stages.analysis import bootstrap
+from stages.analysis import bootstrap, verdicts
 from stages.analysis.events import Rules, precursor_verdict
 from stages.analysis.runs import run_events, subsample
 
@@ -19,7 +19,8 @@ CELL = ["task", "level", "model"]
 def level_summary(rows: pd.DataFrame, primary: str, resamples: int = 1000, seed: int = 0) -> dict:
     """``{level: {...}}``: counts, and for the ``primary`` measure precursor rate, median lead
     (share of the acquisition step and steps), median floor and floor/peak ratio, top-down rate;
-    and every measure's precursor rate and median lead; each as ``{value, low, high, n}``."""
+    and every measure's precursor rate and median lead; each as ``{value, low, high, n}`` (rates also
+    ``k``, ``configs`` and ``needs``: :func:`stages.analysis.verdicts.share`, an exact interval)."""
     out = {}
     for level, g in rows.groupby("level", sort=True):
         p = g[g["measure"] == primary].reset_index(drop=True)
@@ -28,20 +29,23 @@ def level_summary(rows: pd.DataFrame, primary: str, resamples: int = 1000, seed:
         def ci(frame, stat):
             return bootstrap.interval(frame, stat, CELL, resamples, seed)
 
+        def share(frame, column):  # exact interval (never a point from identical outcomes), k, configs
+            return verdicts.share(frame, column, CELL, resamples, seed)
+
         entry = {
             "runs": int(len(p)), "acquired": int(len(acquired)),
             "precursor_undetermined": int(acquired["precursor"].isna().sum()),
-            "precursor_rate": ci(acquired, bootstrap.rate("precursor")),
+            "precursor_rate": share(acquired, "precursor"),
             "median_lead_fraction": ci(acquired, bootstrap.median("lead_fraction")),
             "median_lead_steps": ci(acquired, bootstrap.median("lead_steps")),
             "median_floor": ci(p, bootstrap.median("floor")),
             "median_floor_ratio": ci(p, bootstrap.median("floor_ratio")),
-            "top_down_rate": ci(p, bootstrap.rate("top_down")),
+            "top_down_rate": share(p, "top_down"),
             "measures": {},
         }
         for measure, m in g.groupby("measure", sort=True):
             m = m[m["acquisition_step"].notna()].reset_index(drop=True)
-            entry["measures"][measure] = {"precursor_rate": ci(m, bootstrap.rate("precursor")),
+            entry["measures"][measure] = {"precursor_rate": share(m, "precursor"),
                                           "median_lead_fraction": ci(m, bootstrap.median("lead_fraction"))}
         out[str(level)] = entry
     return out
@@ -105,7 +109,7 @@ def _rates(frame: pd.DataFrame, key: dict, resamples: int, seed: int) -> list[di
     rows = []
     for level, g in frame.groupby("level", sort=True):
         g = g.reset_index(drop=True)
-        ci = bootstrap.interval(g, bootstrap.rate("precursor"), CELL, resamples, seed)
+        ci = verdicts.share(g, "precursor", CELL, resamples, seed)
         rows.append({**key, "level": level, "precursor_rate": ci["value"], "low": ci["low"], "high": ci["high"],
                      "runs": int(g["precursor"].notna().sum())})
     return rows

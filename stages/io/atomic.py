@@ -3,8 +3,9 @@
 Temporary siblings are named ``.atomic-<name>.<host>-<pid>.<random>.tmp``. Before the rename they get
 the permissions an ordinary ``open`` would give under the user's umask (``mkstemp`` and ``mkdtemp``
 make them private). A hard kill (SIGKILL, power loss) can leave one behind: the next write into the
-same directory removes those untouched for :data:`STALE_SECONDS`, unless a live process on this
-host still owns it.
+same directory removes it at once when its writer (named in it) was a process on this host that has
+ended, and otherwise once nothing has touched it for :data:`STALE_SECONDS`. The repository's
+``.dvcignore`` hides these names from DVC meanwhile (output hashes, directory dependencies, plots).
 """
 from __future__ import annotations
 
@@ -75,8 +76,9 @@ def _newest_mtime(path: Path) -> float:
 
 
 def remove_stale(directory: str | os.PathLike, max_age: float = STALE_SECONDS) -> list[Path]:
-    """Delete this module's temporary files and directories in ``directory`` that nothing has touched
-    for ``max_age`` seconds and whose writer is not running; return what was removed."""
+    """Delete this module's temporary files and directories in ``directory`` whose writer is not running:
+    at once if it ran on this host, else once nothing has touched them for ``max_age`` seconds (another
+    machine's process cannot be asked); return what was removed."""
     removed = []
     now = time.time()
     try:
@@ -86,10 +88,11 @@ def remove_stale(directory: str | os.PathLike, max_age: float = STALE_SECONDS) -
         return removed
     for path in candidates:
         try:
-            if now - _newest_mtime(path) < max_age:
-                continue
             owner = _OWNER.search(path.name)
             if owner and _alive(owner.group(1), int(owner.group(2))):
+                continue
+            orphan = owner is not None and owner.group(1) == _host()  # its writer on this host has ended
+            if not orphan and now - _newest_mtime(path) < max_age:
                 continue
             _remove(path)
             removed.append(path)
@@ -138,7 +141,8 @@ def _replace(tmp: Path, path: Path, directory: bool) -> None:
 def output_set():
     """All or nothing for a stage's outputs: every :func:`atomic_path` write inside the block stays
     in its temporary file until the block ends; then all are moved into place, one rename each. If
-    the block raises, every one of them is deleted and no output is touched."""
+    the block raises, every one of them is deleted and no output is touched; if a rename fails
+    (a full disk, a permission), the renames already done are undone (:func:`_commit`)."""
     pending: list = []
     token = _PENDING.set(pending)
     try:
@@ -150,8 +154,44 @@ def output_set():
         raise
     finally:
         _PENDING.reset(token)
-    for tmp, path, directory in pending:
-        _replace(tmp, path, directory)
+    _commit(pending)
+
+
+def _commit(pending: list) -> None:
+    """Move every ``(tmp, path, directory)`` into place, all or nothing: each existing output is first
+    renamed aside; if any rename fails, the outputs already moved are put back (the old ones restored,
+    new ones removed), every temporary is deleted, and one :class:`PipelineError` line names the path."""
+    from stages.errors import PipelineError
+
+    done: list[tuple[Path, Path | None]] = []  # (path, its previous version set aside, or None)
+    try:
+        for tmp, path, directory in pending:
+            aside = None
+            if path.exists() or path.is_symlink():
+                aside = path.with_name(f"{TMP_PREFIX}{path.name}.{_host()}-{os.getpid()}.old{TMP_SUFFIX}")
+                _remove(aside)
+                os.replace(path, aside)
+            done.append((path, aside))
+            os.replace(tmp, path)
+    except OSError as exc:
+        for path, aside in reversed(done):
+            with contextlib.suppress(OSError):
+                if aside is None:
+                    _remove(path)
+                else:
+                    if path.exists() or path.is_symlink():
+                        _remove(path)
+                    os.replace(aside, path)
+        for tmp, _, _ in pending:
+            with contextlib.suppress(OSError):
+                _remove(tmp)
+        failed = done[-1][0] if done else pending[0][1]
+        raise PipelineError(f"could not write {failed} ({' '.join(str(exc).split())}); no output of this stage "
+                            "was changed") from None
+    for _, aside in done:
+        if aside is not None:
+            with contextlib.suppress(OSError):
+                _remove(aside)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -133,6 +133,7 @@ def write_manifest(path: str | os.PathLike, manifest: dict) -> None:
 
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
@@ -180,6 +181,10 @@ def read_manifest(path: str | os.PathLike) -> dict:
             size = record.get("size") if isinstance(record, dict) else None
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 bad(f"'{key}.files.{rel}.size' must be a non-negative integer, got {size!r}")
+            digest = record.get("sha256")
+            if manifest.get("verified") == "sha256" and not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
+                bad(f"'{key}.files.{rel}.sha256' must be a 64-digit hex digest (the manifest says verified: sha256), "
+                    f"got {digest!r}")
         steps.append(step)
     if sorted(set(steps)) != steps:
         bad("'revisions' must have distinct steps in increasing order")
@@ -187,7 +192,9 @@ def read_manifest(path: str | os.PathLike) -> dict:
 
 
 def snapshot_path(manifest: dict, entry: dict) -> Path:
-    """Resolve a manifest entry by its commit hash, offline, through the hub client; sizes must still match."""
+    """Resolve a manifest entry by its commit hash, offline, through the hub client; sizes must still
+    match, and, for a manifest fetched with ``verify: sha256`` (its ``verified`` field), every file's
+    sha256 too: a cache entry changed after fetch_pythia is refused, not loaded."""
     repo_id, revision = manifest["repo_id"], entry["revision"]
     try:
         snapshot = Path(snapshot_download(repo_id, revision=entry["commit"],
@@ -200,4 +207,7 @@ def snapshot_path(manifest: dict, entry: dict) -> Path:
         if not path.is_file() or path.stat().st_size != record["size"]:
             raise PipelineError(f"model '{repo_id}' revision '{revision}': cached file {path} is missing or changed "
                                 "since fetch_pythia: re-run it")
+        if manifest.get("verified") == "sha256" and file_digests(path)[0] != record.get("sha256"):
+            raise PipelineError(f"model '{repo_id}' revision '{revision}': cached file {path} fails the sha256 that "
+                                "fetch_pythia recorded (changed since): delete it and re-run fetch_pythia")
     return snapshot

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from huggingface_hub.file_download import repo_folder_name
 
-from stages.io.atomic import write_text
+from stages.io.atomic import current_umask, write_text
 from stages.pythia.hub import file_digests
 
 LFS_SUFFIXES = (".safetensors", ".bin")
@@ -38,6 +38,8 @@ def publish(cache_dir: str | os.PathLike, repo_id: str, revision: str, save) -> 
         staging = Path(tmp) / "files"
         staging.mkdir()
         save(staging)
+        for path in staging.rglob("*"):  # safetensors writes 0600; the cache gets the umask's modes
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~current_umask())
         files = {}
         for path in sorted(p for p in staging.rglob("*") if p.is_file()):
             sha256, blob = file_digests(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,13 +14,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as serialize
 from tqdm import tqdm
 
 from stages.io.atomic import atomic_path, write_text
 from stages.io.checkpoints import save_state, step_file
 from stages.models.gpt import GPT
-from stages.models.vendor_neutral_ops import cross_entropy
+from stages.models.vendor_neutral_ops import cross_entropy as portable_cross_entropy
 from stages.training.precision import autocast
 from stages.training.schedule import lr_at
 
@@ -30,6 +32,10 @@ RESUME = "resume.json"
 RESUME_FORMAT = 1
 LEGACY_RESUME = "resume.pt"  # pickled resume file of earlier versions: removed unread
 _TENSORS = re.compile(r"resume-[0-9a-f]{32}\.safetensors")
+_STEP = re.compile(r"step_\d{7}\.safetensors")
+# What a run directory may hold while it trains; anything else is a leftover of a killed write
+# (an atomic temporary, safetensors' ``.tmpXXXXXX`` of earlier versions) and is removed on start.
+KEEP = {RESUME, "run-config.json", "manifest.json"}
 
 
 @dataclass
@@ -60,8 +66,11 @@ def answer_logits(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tenso
 
 
 def answer_loss(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
-    logits = answer_logits(model, seq, prompt_len)  # F.cross_entropy's bits; its Hessian off MKL's vector math
-    return cross_entropy(logits.reshape(-1, logits.shape[-1]), seq[:, prompt_len:].reshape(-1))
+    """Mean cross-entropy of the answer tokens; a portable model's (``model.portable_ops``) takes its
+    second derivative off MKL's vector math (the same bits otherwise)."""
+    logits = answer_logits(model, seq, prompt_len)
+    loss = portable_cross_entropy if getattr(model, "portable_ops", False) else F.cross_entropy
+    return loss(logits.reshape(-1, logits.shape[-1]), seq[:, prompt_len:].reshape(-1))
 
 
 @torch.no_grad()
@@ -130,6 +139,7 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
     where it stopped, bit for bit, dropout included.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out_dir)
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas)
     history, start = load_resume(out_dir, model, opt, train_seq.device)
     for row in history if on_checkpoint else ():
@@ -183,6 +193,26 @@ def _tensor_files(out_dir: Path) -> list[Path]:
     return [p for p in out_dir.iterdir() if _TENSORS.fullmatch(p.name)]
 
 
+def remove_leftovers(out_dir: Path) -> list[Path]:
+    """Delete every entry of a run directory that is neither a checkpoint, the resume state nor its
+    config (temporary files of a write that was killed): they would otherwise become part of the
+    checkpoint output (and of its DVC hash). Returns what was removed."""
+    removed = []
+    for path in sorted(out_dir.iterdir()):
+        if path.name in KEEP or _STEP.fullmatch(path.name) or _TENSORS.fullmatch(path.name):
+            if not path.is_dir() or path.is_symlink():
+                continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        removed.append(path)
+    if removed:
+        print(f"note: removed {len(removed)} leftover file(s) of an interrupted run from {out_dir}: "
+              + ", ".join(p.name for p in removed[:3]) + (" ..." if len(removed) > 3 else ""), file=sys.stderr)
+    return removed
+
+
 def clear_resume(out_dir: Path) -> None:
     """Remove the resume state (a finished run needs none) and any pickled legacy file."""
     for path in _tensor_files(out_dir) + [out_dir / RESUME, out_dir / LEGACY_RESUME]:
@@ -211,8 +241,10 @@ def save_resume(out_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimize
                 scalars.setdefault(str(index), {})[key] = value
     nonce = secrets.token_hex(16)
     tensor_name = f"resume-{nonce}.safetensors"
+    data = serialize(tensors, metadata={"nonce": nonce, "step": str(step)})  # no .tmpXXXXXX of safetensors'
     with atomic_path(out_dir / tensor_name) as tmp:
-        save_file(tensors, str(tmp), metadata={"nonce": nonce, "step": str(step)})
+        tmp.write_bytes(data)
+    del data
     state = {"format": RESUME_FORMAT, "step": step, "tensors": tensor_name, "nonce": nonce,
              "history": history, "model_aliases": aliases, "optimizer_scalars": scalars,
              "param_groups": opt_state["param_groups"], "rng": _rng_states(device)}
