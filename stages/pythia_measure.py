@@ -72,9 +72,10 @@ def load(manifest: dict, entry: dict, device):
 
 
 def measure(model_name: str, cfg: Pythia, probe_cfg: Probe,
-            progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+            progress: bool = True, portable: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Measures and accuracies of every revision of ``model_name``, with the ``pythia`` settings ``cfg``
-    and the linear probe's ``measures.probe`` settings ``probe_cfg``."""
+    and the linear probe's ``measures.probe`` settings ``probe_cfg``; ``portable``: ``runtime.cpu_paths:
+    portable`` (:func:`stages.measures.rankme.geometry`)."""
     rid = pythia_run_id(model_name)
     which = cfg.test_acc
     if which != "mean" and which not in GENERATORS:  # the schema's list of sets is a copy of GENERATORS
@@ -118,13 +119,14 @@ def measure(model_name: str, cfg: Pythia, probe_cfg: Probe,
                 positions = np.asarray([len(tokenizer(c, add_special_tokens=False)["input_ids"])
                                         for c in probe["context"]])
                 writer.write_table(step_table(step, states, samples, positions, probe["label"].to_numpy(), sch))
-                geo = geometry(torch.as_tensor(states), device=device)
+                geo = geometry(torch.as_tensor(states), device=device, portable=portable)
                 for layer in range(len(states)):
                     rows.append({"run": rid, "step": step, "layer": layer,
                                  **{k: v[layer].item() for k, v in geo.items()},
                                  "probe_acc": probe_accuracy(states[layer], probe["label"].to_numpy(), mask,
                                                              probe_c, probe_iter),
-                                 "test_acc": test_acc, "n_params": n_params})
+                                 "test_acc": test_acc, "n_params": n_params, "dim": states.shape[-1],
+                                 "n_checkpoints": len(manifest["revisions"])})
                 del model
         finally:
             if writer is not None:
@@ -140,7 +142,8 @@ def main(argv=None) -> None:
     set_threads(params)
     cfg = section(params, "pythia.test_acc")
     with output_set():  # the hidden states and the three tables, or none of them
-        frame, acc = measure(args.model, cfg, params.measures.probe)
+        frame, acc = measure(args.model, cfg, params.measures.probe,
+                             portable=params.runtime.cpu_paths == "portable")
         write_csv(acc, accuracy_file(rid))
         write_csv(frame, paths.measures_file(rid))
         write_csv(trajectory(frame), paths.trajectory_file(rid))
