@@ -1,4 +1,3 @@
-import stages  # noqa: F401  first: pins the CPU code paths before numpy loads (stages/numerics.py)
 import copy
 from pathlib import Path
 
@@ -23,6 +22,7 @@ def tiny_params(base: dict) -> dict:
     p["extract"].update(probe_size=48, device="cpu")
     p["measures"]["device"] = "cpu"
     p["events"]["bootstrap"]["resamples"] = 50
+    p["events"]["sensitivity"]["n_checkpoints"] = [4, 0]  # at most the 6 checkpoints (refused above: issue 24)
     p.pop("pythia", None)  # Pythia runs are opt-in here: tests/pythia_helpers.py has their tiny settings
     return p
 

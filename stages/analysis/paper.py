@@ -93,13 +93,12 @@ def compare(rows: pd.DataFrame, primary: str, cross: dict, pythia_sets: pd.DataF
                         est, V.share_verdict(est, TOP_DOWN), share_rule, _layers_note(m)))
 
     llc = acquired[acquired["measure"] == "llc"]
-    est = V.share(llc, "precursor", CELL, resamples, seed, needs="acquired runs with a landscape table (stage landscape)")
+    est = V.share(llc, "precursor", CELL, resamples, seed, needs=_landscape_needs(llc, "LLC"))
     out.append(_row("LLC is not a precursor", "llc", "all levels", "0/24 (synchronous)", est,
                     V.share_verdict(est, 0.0), share_rule, _truncated_note(llc)))
 
     hess = acquired[acquired["measure"] == "hessian_top1"]
-    est = V.median(hess, "lead_fraction", CELL, resamples, seed,
-                   needs="acquired runs with a Hessian half-rise (stage landscape)")
+    est = V.median(hess, "lead_fraction", CELL, resamples, seed, needs=_landscape_needs(hess, "Hessian"))
     out.append(_row("Hessian lags acquisition", "hessian_top1", "all levels", "lags (lead < 0)", est,
                     V.one_sided_verdict(est, 0.0, "below"),
                     "one-sided: consistent when the whole interval is below 0, not reproduced when at or above 0",
@@ -135,6 +134,14 @@ def _layers_note(m: pd.DataFrame) -> str:
     simultaneous = int((decided["order"] == "simultaneous").sum())
     return (f"decided by {layers}; {simultaneous} simultaneous (not top-down); "
             f"{int(m['top_down'].isna().sum())} undetermined")
+
+
+def _landscape_needs(m: pd.DataFrame, name: str) -> str:
+    truncated = int((m["status"] == "truncated").sum()) if "status" in m.columns else 0
+    if truncated:
+        return (f"{name} rises followed past their peak ({truncated} of {len(m)} cut off by the measured window: "
+                "raise landscape.follow.extra)")
+    return f"acquired runs with a {name} half-rise (stage landscape)"
 
 
 def _truncated_note(m: pd.DataFrame) -> str:

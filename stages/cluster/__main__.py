@@ -30,6 +30,9 @@ def repro(root: str | Path, spec: ClusterSpec, targets: list[str] | None = None,
     root = Path(root).resolve()
     if not (root / "dvc.yaml").is_file():
         raise PipelineError(f"missing file: {root / 'dvc.yaml'} (run from the repository root or pass --root)")
+    from stages.config import load_typed_params
+
+    load_typed_params(root / "params.yaml")  # a bad params.yaml in one line, before DVC's own messages
     plan = read_plan(root, targets)
     if dry_run:
         print(plan.describe(chains) if len(plan) else "nothing to reproduce: every stage is up to date")
@@ -84,6 +87,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--memory", default="4GB", help="memory per SLURM job")
     r.add_argument("--jobs", type=int, help="SLURM jobs (one worker each)")
     r.add_argument("--walltime", help="SLURM walltime, e.g. 04:00:00")
+    r.add_argument("--dashboard", default="127.0.0.1:0", metavar="ADDRESS",
+                   help="address of the Dask dashboard (default: localhost, a free port; ':8787' listens on "
+                        "every interface, without authentication)")
     r.add_argument("--job-extra", action="append", default=[], metavar="DIRECTIVE",
                    help="extra #SBATCH directive, repeatable (e.g. --job-extra=--gres=gpu:1)")
     return p
@@ -94,7 +100,7 @@ def main(argv=None) -> None:
     args = parser().parse_args(argv)
     spec = ClusterSpec(workers=args.workers, scheduler=args.scheduler, slurm=args.slurm, queue=args.queue,
                        cores=args.cores, memory=args.memory, jobs=args.jobs, walltime=args.walltime,
-                       job_extra=args.job_extra)
+                       job_extra=args.job_extra, dashboard=args.dashboard)
     spec.validate()
     repro(args.root, spec, args.targets or None, args.dry_run, chains=not args.no_chains)
 
