@@ -59,10 +59,13 @@ def measure(rid: str, cfg: Measures, progress: bool = True, portable: bool = Fal
             mask = split_mask(st.samples, train_fraction)
             rows.append({"run": rid, "step": step, "layer": l, **{k: v[i].item() for k, v in geo.items()},
                          "probe_acc": probe_accuracy(st.vectors, st.labels, mask, probe_c, probe_iter),
-                         "test_acc": acc.get(step, np.nan), "n_params": n_params})
+                         "test_acc": acc.get(step, np.nan), "n_params": n_params,
+                         "dim": st.vectors.shape[1]})
     if not rows:
         raise PipelineError(f"corrupt Parquet file: {hidden} (no checkpoints in it)")
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    frame["n_checkpoints"] = frame["step"].nunique()  # in every row: readers refuse a table with fewer steps
+    return frame
 
 
 @main_guard

@@ -46,6 +46,7 @@ from stages.measures.rankme import geometry
 from stages.pythia import evalsets, hub, scoring
 from stages.pythia.grammar import GENERATORS
 from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
+from stages.pythia.probe_set import chance_corrected, probe_set  # noqa: F401 -- re-exported: stage and monitor share them
 from stages.pythia.settings import pythia_run_id, section
 from stages.pythia.rotary import pin_rotary
 from stages.params import Probe, Pythia
@@ -53,27 +54,6 @@ from stages.runtime import set_threads
 from stages.training.device import resolve_device
 
 hf_logging.disable_progress_bar()  # one tqdm bar per stage, not one per saved or loaded file
-
-
-def probe_set(items: pd.DataFrame, per_set: int) -> pd.DataFrame:
-    """First ``per_set`` items of every set with a context, interleaved across sets (so the probe's
-    train/test split by row mixes sets); ``label`` codes the right answer. A ``per_set`` larger than
-    a set is an error naming ``pythia.probe_per_set``, not a silently smaller probe set."""
-    with_context = items[items["context"] != ""]
-    sizes = with_context.groupby("eval_set").size()
-    if len(sizes) and per_set > sizes.min():
-        raise PipelineError(f"'pythia.probe_per_set' = {per_set} exceeds the {sizes.min()} items of evaluation set "
-                            f"'{sizes.idxmin()}' (in {EVALS_FILE}; raise 'pythia.evals.n_per_set' or lower it)")
-    probe = with_context[with_context["item"] < per_set].sort_values(["item", "eval_set"])
-    probe = probe.reset_index(drop=True)
-    answers = [c[a] for c, a in zip(probe["choices"], probe["answer"])]
-    codes = {a: i for i, a in enumerate(sorted(set(answers)))}
-    return probe.assign(label=[codes[a] for a in answers])
-
-
-def chance_corrected(accuracy, chance):
-    """``(accuracy - chance) / (1 - chance)``: 0 at chance, 1 at perfect, negative below chance."""
-    return (accuracy - chance) / (1 - chance)
 
 
 def load(manifest: dict, entry: dict, device):
@@ -149,7 +129,8 @@ def measure(model_name: str, cfg: Pythia, probe_cfg: Probe,
                                  **{k: v[layer].item() for k, v in geo.items()},
                                  "probe_acc": probe_accuracy(states[layer], probe["label"].to_numpy(), mask,
                                                              probe_c, probe_iter),
-                                 "test_acc": test_acc, "n_params": n_params})
+                                 "test_acc": test_acc, "n_params": n_params, "dim": states.shape[-1],
+                                 "n_checkpoints": len(manifest["revisions"])})
                 del model
         finally:
             if writer is not None:
