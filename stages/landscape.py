@@ -57,7 +57,7 @@ from stages.analysis.runs import layer_series, varying_layers
 from stages.cli import stage_arguments
 from stages.config import load_typed_params, run_id
 from stages.errors import PipelineError, main_guard
-from stages.io.checkpoints import load_model, read_manifest
+from stages.io.checkpoints import load_model, read_manifest, verify_checkpoints
 from stages.io.datasets import load_split
 from stages.io.history import accuracy_by_step
 from stages.io.measures import read_measures
@@ -69,6 +69,7 @@ from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
 from stages.params import Events, Landscape
+from stages.numerics import warm_vector_math
 from stages.runtime import pin_threads, set_threads
 from stages.training.device import resolve_device
 from stages.training.loop import answer_loss, sequences
@@ -171,16 +172,19 @@ def measure_checkpoint(model, data: dict, prompt_len: int, p: Landscape) -> dict
 
 
 def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, events: Events,
-              progress: bool = True) -> pd.DataFrame:
+              progress: bool = True, portable: bool = False) -> pd.DataFrame:
     """The landscape measures (``p``: the ``landscape`` section) of run ``<task>-<level>-<model>-s<seed>``,
-    at checkpoints up to ``landscape.after_acquisition`` past acquisition (``events``' rule)."""
+    at checkpoints up to ``landscape.after_acquisition`` past acquisition (``events``' rule). ``portable``
+    (``runtime.cpu_paths: portable``): the model's vendor-exact operators (stages/models/gpt.py)."""
     rid = run_id(task, level, model_name, seed)
     if p.threads:
-        pin_threads(p.threads)
+        pin_threads(p.threads, portable)
     device = resolve_device(p.device, "landscape.device")
     ckpt_dir = paths.checkpoint_dir(rid)
-    manifest = read_manifest(ckpt_dir, verify=True)  # every step file against its sha256, once
+    manifest = read_manifest(ckpt_dir)
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "train")
+    check_fits(p, len(prompt), paths.dataset_dir(task, level) / "train.parquet", manifest)  # before any compute
+    verify_checkpoints(ckpt_dir, manifest)  # every step file against its sha256, once
     order = np.random.default_rng(p.seed).permutation(len(prompt))
     seq = sequences(prompt[order], answer[order], device)
     if p.hessian.k >= manifest.get("n_params", np.inf):
@@ -193,12 +197,12 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, e
     last_checkpoint = int(max(manifest["steps"]))
 
     def job(step):
-        return (ckpt_dir, int(step), manifest, data, meta["prompt_len"], p, device)
+        return (ckpt_dir, int(step), manifest, data, meta["prompt_len"], p, device, portable)
 
     workers = min(p.workers, len(steps)) if device.type == "cpu" else 1
     rows = []
     bar = tqdm(total=len(steps), desc=f"landscape {rid}", disable=not progress, mininterval=2)
-    with checkpoint_map(workers, p.threads) as each:
+    with checkpoint_map(workers, p.threads, portable) as each:
         batch, extra = list(steps), 0
         while batch:
             for row in each(_measure_step, [job(s) for s in batch]):
@@ -213,34 +217,88 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, e
                                min(max(p.workers, 1), room)) if open_rises and room > 0 else []
             extra += len(batch)
             bar.total += len(batch)
+    for row in rows:  # every row states how many checkpoints its table holds (a cut table is refused on read)
+        row["n_checkpoints"] = len(rows)
     bar.close()
     return pd.DataFrame(rows)
+
+
+GIB = 1 << 30
+
+
+def memory_estimate(p: Landscape, manifest: dict) -> tuple[float, str]:
+    """(bytes one worker needs at its peak, the largest term named) for the measures of ``p`` on the
+    checkpoints of ``manifest``: the per-example gradient matrix (``grad.samples`` rows of
+    ``sketch_dim`` or every parameter, float32) with one chunk of uncompressed per-example gradients
+    and the Gram matrices; the Hessian's Lanczos vectors (float64) and the double-backward
+    activations of ``hessian.samples`` sequences; SGLD's copies of the weights per chain. Model
+    weights and the Python/torch baseline are left out: the estimate is the part that grows with
+    the settings."""
+    n_params = int(manifest.get("n_params") or 0)
+    model = manifest.get("model") or {}
+    width = int(model.get("d_model", 0)) * int(model.get("n_layer", 0)) * int(model.get("block_size", 0))
+    terms = {}
+    if {"grad_erank", "gradcov_rank"} & set(p.measures):
+        n = p.grad.samples
+        cols = p.grad.sketch_dim or n_params
+        terms["landscape.grad.samples"] = 4 * n * cols + 3 * 4 * min(p.grad.chunk, n) * n_params + 2 * 8 * n * n
+    if "hessian" in p.measures:
+        ncv = max(2 * p.hessian.k + 2, 8)
+        terms["landscape.hessian.samples"] = 8 * ncv * n_params + 4 * 32 * p.hessian.samples * width
+    if "llc" in p.measures:
+        terms["landscape.llc.samples"] = 4 * 4 * p.llc.chains * n_params + 4 * 16 * p.llc.batch_size * width
+    if not terms:
+        return 0.0, ""
+    largest = max(terms, key=terms.get)
+    return float(max(terms.values())), largest  # the measures run one after another
+
+
+def check_fits(p: Landscape, n_train: int, where, manifest: dict) -> None:
+    """The sizes of ``p`` against the run's data and the memory budget, before any checkpoint is
+    measured: every sample count at most the ``n_train`` train examples in ``where`` (they were
+    silently cut to it), and the estimated peak memory of all workers within ``landscape.memory_gb``."""
+    wanted = {"landscape.grad.samples": (p.grad.samples, {"grad_erank", "gradcov_rank"}),
+              "landscape.hessian.samples": (p.hessian.samples, {"hessian"}),
+              "landscape.llc.samples": (p.llc.samples, {"llc"})}
+    for key, (value, needs) in wanted.items():
+        if needs & set(p.measures) and value > n_train:
+            raise PipelineError(f"'{key}' = {value} exceeds the {n_train} train examples of {where}: at most {n_train}")
+    per_worker, key = memory_estimate(p, manifest)
+    total = per_worker * p.workers
+    if total > p.memory_gb * GIB:
+        raise PipelineError(f"landscape measures need about {total / GIB:.1f} GiB ({p.workers} worker(s) x "
+                            f"{per_worker / GIB:.1f} GiB, mostly '{key}' for {manifest.get('n_params')} parameters), "
+                            f"over 'landscape.memory_gb' = {p.memory_gb:g}: lower '{key}' or 'landscape.workers', "
+                            "set 'landscape.grad.sketch_dim', or raise the budget")
 
 
 def _measure_step(job) -> dict:
     """One checkpoint's measures (``step`` first): the unit of work of :func:`landscape`. Every
     sample and chain is seeded by ``landscape.seed`` alone, so a checkpoint's row is the same
     whichever process measures it and in whatever order."""
-    ckpt_dir, step, manifest, data, prompt_len, p, device = job
-    model = load_model(ckpt_dir, step, manifest, device)
+    ckpt_dir, step, manifest, data, prompt_len, p, device, portable = job
+    model = load_model(ckpt_dir, step, manifest, device, portable_ops=portable)
     return {"step": step, **measure_checkpoint(model, data, prompt_len, p)}
 
 
-def _worker_threads(threads: int) -> None:
+def _worker_threads(threads: int, portable: bool = False) -> None:
     if threads:
-        pin_threads(threads)
+        pin_threads(threads, portable)
+    elif portable:
+        warm_vector_math()
 
 
 @contextmanager
-def checkpoint_map(workers: int, threads: int):
+def checkpoint_map(workers: int, threads: int, portable: bool = False):
     """A ``map`` over checkpoints: the built-in one here for one worker, else that of ``workers``
-    spawned processes on ``threads`` torch threads each (0: torch's default). Results come in order."""
+    spawned processes on ``threads`` torch threads each (0: torch's default). Results come in order.
+    The workers inherit the stage's environment (its CPU code paths, stages/runtime.py)."""
     if workers <= 1:
         yield map
         return
     # spawn: a forked child would inherit torch's OpenMP pool in a broken state
     executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_worker_threads, initargs=(threads,))
+                                   initializer=_worker_threads, initargs=(threads, portable))
     try:
         yield executor.map
     finally:
@@ -282,7 +340,8 @@ def main(argv=None) -> None:
     rid = run_id(args.task, args.level, args.model, args.seed)
     params = load_typed_params(args.params)
     set_threads(params)  # a non-zero landscape.threads overrides it inside landscape()
-    frame = landscape(args.task, args.level, args.model, args.seed, params.landscape, params.events)
+    frame = landscape(args.task, args.level, args.model, args.seed, params.landscape, params.events,
+                      portable=params.runtime.cpu_paths == "portable")
     rankme = rankme_at(read_measures(paths.measures_file(rid)), frame["step"])
     with output_set():  # both tables or neither
         write_csv(frame, paths.landscape_file(rid))
