@@ -41,7 +41,7 @@ from stages.analysis.summary import level_summary, resolution_sensitivity, seed_
 from stages.cli import stage_arguments
 from stages.config import load_typed_params, run_id
 from stages.errors import PipelineError, main_guard
-from stages.io.measures import read_landscape, read_measures
+from stages.io.measures import read_accuracy, read_landscape, read_measures
 from stages.io.atomic import output_set, write_text
 from stages.io.tables import read_csv, write_csv, write_json
 from stages.pythia.paths import accuracy_file
@@ -93,6 +93,9 @@ def events(params: Params) -> dict:
         rid = run_id(task, level, model, seed)
         frame = read_measures(paths.measures_file(rid))
         frames[rid] = frame
+        if isinstance(s.layer, int) and s.layer not in set(frame["layer"]):  # sizes against the data (issue 24)
+            raise PipelineError(f"'events.layer' = {s.layer} is not a layer of run {rid} ({paths.measures_file(rid)} "
+                                f"has layers {frame['layer'].min()}..{frame['layer'].max()}): at most {frame['layer'].max()}")
         steps[rid] = np.sort(frame["step"].unique())
         ident = {"run": rid, "task": task, "level": level, "model": model, "seed": seed,
                  "n_params": int(frame["n_params"].iloc[0])}
@@ -108,13 +111,18 @@ def events(params: Params) -> dict:
                                                               "acquisition": chosen["acquisition_step"]})
         if seed is None and accuracy_file(rid).is_file():  # Pythia: events per evaluation set
             end = chosen["end_step"]
-            sets = set_events(read_csv(accuracy_file(rid)), end, s.rules, pythia_threshold)
+            sets = set_events(read_accuracy(accuracy_file(rid), steps[rid]), end, s.rules, pythia_threshold)
             set_rows.extend({"run": rid, "model": model, "recovery_step": end, **r} for r in sets.to_dict("records"))
         land = paths.landscape_file(rid)
         if land.is_file():
             acq = measures[0]["acquisition_step"]
             for name, m in run_measures(read_landscape(land), land_p["directions"], acq, s.rules, land_p).items():
                 run_rows.append({**ident, "measure": name, "acquisition_step": acq, **m})
+    small = [run_id(*r) for r in grid_runs(params) if r[3] is not None]  # the resolution study's runs
+    fewest = min(small, key=lambda r: len(steps[r]))
+    if over := [n for n in s.resolutions if n > len(steps[fewest])]:
+        raise PipelineError(f"'events.sensitivity.n_checkpoints' holds {over[0]}, more than the {len(steps[fewest])} "
+                            f"checkpoints of run {fewest}: at most {len(steps[fewest])} (0 = as trained)")
     rows = pd.DataFrame(run_rows)
     primary = rows[rows["measure"] == s.measure].reset_index(drop=True)
     cells = seed_agreement(rows, s.measure)

@@ -18,7 +18,7 @@ from stages.cli import stage_arguments
 from stages.config import load_typed_params, run_id
 from stages.errors import PipelineError, main_guard
 from stages.io.atomic import atomic_path
-from stages.io.checkpoints import load_model, read_manifest
+from stages.io.checkpoints import load_model, read_manifest, verify_checkpoints
 from stages.io.datasets import load_split
 from stages.io.hidden import schema, step_table
 from stages.params import Extract
@@ -50,11 +50,12 @@ def extract(task: str, level: str, model_name: str, seed: int, cfg: Extract, pro
     device = resolve_device(cfg.device, "extract.device")
 
     ckpt_dir = paths.checkpoint_dir(rid)
+    manifest = read_manifest(ckpt_dir)
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "test")
     if probe_size > len(prompt):
         raise PipelineError(f"'extract.probe_size' = {probe_size} exceeds the {len(prompt)} test examples of "
                             f"{paths.dataset_dir(task, level) / 'test.parquet'}")
-    manifest = read_manifest(ckpt_dir, verify=True)  # every step file against its sha256, once
+    verify_checkpoints(ckpt_dir, manifest)  # every step file against its sha256, once
     precision = resolve_precision(cfg.precision, device, manifest.get("n_params", 0),
                                   "extract.precision")
     prompt, answer = prompt[:probe_size], answer[:probe_size]

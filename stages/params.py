@@ -282,6 +282,7 @@ class Grid(Section):
 
 class Runtime(Section):
     threads: PosInt
+    cpu_paths: Annotated[Literal["native", "portable"], choice("native", "portable")] = "native"  # stages/runtime.py
 
 
 class Datasets(Section):
@@ -467,6 +468,15 @@ class TrainTasks(Section):
 class Train(Section):
     defaults: TrainSettings
     tasks: TrainTasks = TrainTasks()
+
+    def key_of(self, task: str, level: str, name: str) -> str:
+        """The YAML path that sets ``name`` for one run: its level's block, else ``all``, else the defaults."""
+        over = self.tasks.entry(task)
+        for part in (level, "all"):
+            block = None if over is None else over.entry(part)
+            if block is not None and name in block.model_fields_set:
+                return f"train.tasks.{task}.{part}.{name}"
+        return f"train.defaults.{name}"
 
     def resolve(self, task: str, level: str) -> TrainSettings:
         """One run's settings: defaults, then ``train.tasks.<task>.all``, then ``train.tasks.<task>.<level>``.
@@ -747,6 +757,13 @@ class LLC(Section):
 MIN_RECORDED_DRAWS = 8  # LLC draws after burn-in the stationarity check needs (two halves of >= 4)
 
 
+class Follow(Section):
+    """``landscape.follow``: measure past the window until every rise has peaked (stages/landscape.py)."""
+    extra: NonNegInt = 0     # at most this many checkpoints past the window (0 = never follow)
+    settle: PosInt = 2       # a rise has peaked when this many measured checkpoints follow its maximum
+    ratio: float = Field(1.5, gt=1.0)  # geometric spacing of the followed checkpoints
+
+
 class Landscape(Section):
     measures: Annotated[list[str], _list(_one_of(LANDSCAPE_MEASURES), "landscape measures")]
     device: Device
@@ -754,13 +771,18 @@ class Landscape(Section):
     workers: PosInt = 1  # processes measuring checkpoints in parallel (CPU); results do not depend on it
     max_checkpoints: NonNegInt  # 0 = no cap
     after_acquisition: NonNegInt
+    follow: Follow = Follow()
     seed: NonNegInt
     grad: Grad
     hessian: Hessian
     llc: LLC
+    memory_gb: PosFloat = 8.0  # refuse a run whose estimated memory (all workers) exceeds this (stages/landscape.py)
 
     @model_validator(mode="after")
     def _enough(self):
+        if self.llc.batch_size > self.llc.samples:
+            raise _bad(f"= {self.llc.batch_size} exceeds 'landscape.llc.samples' = {self.llc.samples} (SGLD draws its "
+                       f"minibatches from those samples): at most {self.llc.samples}", at="llc.batch_size")
         if self.llc.draws - self.llc.burn_in < MIN_RECORDED_DRAWS:
             raise _bad(f"({self.llc.draws}) must exceed 'landscape.llc.burn_in' ({self.llc.burn_in}) by at least "
                        f"{MIN_RECORDED_DRAWS} (the stationarity check compares two halves of the recorded draws)",
@@ -807,10 +829,109 @@ class Params(Section):
     landscape_events: LandscapeEvents
 
 
+def input_space(task: str, knobs: dict) -> tuple[int, str]:
+    """(number of distinct inputs, the knob that sets it) of a task level, as the task registry's
+    ``Layout.space_size`` (stages/tasks/registry.py; tests/test_reliability.py checks they agree)."""
+    if task in ("copy", "reverse", "sort"):
+        return knobs.get("alphabet", 10) ** knobs["length"], "length"
+    if task == "parity":
+        return 2 ** knobs["length"], "length"
+    if task in ("compare", "add"):
+        return 10 ** (2 * knobs["digits"]), "digits"
+    if task == "mul":
+        return 10 ** (knobs["digits"] + (knobs.get("digits_b") or knobs["digits"])), "digits"
+    if task == "mod":
+        return knobs["modulus"] ** 2, "modulus"
+    raise KeyError(task)
+
+
+def split_sizes(task: str, knobs: dict, datasets: Datasets) -> tuple[int, int, int]:
+    """(input space, train examples, test examples) that stage ``generate`` makes of a task level
+    (stages/tasks/dataset.py: ``train_fraction`` enumerates the space, else ``n_train`` + ``n_test``)."""
+    space, _ = input_space(task, knobs)
+    if knobs.get("train_fraction") is not None:
+        n_train = int(round(knobs["train_fraction"] * space))
+        return space, n_train, space - n_train
+    return space, knobs.get("n_train") or datasets.n_train, knobs.get("n_test") or datasets.n_test
+
+
+def _smallest(knob_value: int, fits) -> int | None:
+    """The smallest value above ``knob_value`` (up to 10**6) for which ``fits(value)`` holds, or None."""
+    value = knob_value + 1
+    while value <= 10**6:
+        if fits(value):
+            return value
+        value = value + 1 if value < 64 else int(value * 1.05) + 1
+    return None
+
+
+def check_sizes(params: "Params") -> None:
+    """What extract and the probes need of every task level the grid generates, at params time
+    (issue 23): each split non-empty and no larger than the input space, at least
+    ``extract.probe_size`` test examples (the probe set), and a probe set that
+    ``measures.probe.train_fraction`` splits into two non-empty parts. A difficulty knob too small
+    fails naming the key and the smallest value that fits."""
+    probe = params.extract.probe_size
+    fit_rows = int(round(params.measures.probe.train_fraction * probe))
+    if not 0 < fit_rows < probe:
+        raise PipelineError(f"params.yaml: 'measures.probe.train_fraction' = {params.measures.probe.train_fraction} "
+                            f"splits the {probe} probe rows ('extract.probe_size') into {fit_rows} that fit the "
+                            f"probe and {probe - fit_rows} that score it: expected both non-empty, i.e. a fraction "
+                            f"in [{0.5 / probe:.4g}, {1 - 0.5 / probe:.4g}]")
+    for task in params.grid.tasks:
+        for level in params.grid.levels:
+            key = f"tasks.{task}.{level}"
+            knobs = params.tasks.knobs(task, level)
+            space, n_train, n_test = split_sizes(task, knobs, params.datasets)
+            _, knob = input_space(task, knobs)
+            if knobs.get("train_fraction") is None and space < n_train + n_test:
+                raise PipelineError(f"params.yaml: '{key}' has only {space} distinct inputs, fewer than n_train + "
+                                    f"n_test = {n_train + n_test}; set '{key}.train_fraction' or lower the sizes")
+            if n_train <= 0 or n_test <= 0:
+                raise PipelineError(f"params.yaml: '{key}.train_fraction' leaves an empty split ({n_train} of "
+                                    f"{space} inputs train)")
+            if n_test < probe:
+                if knobs.get("train_fraction") is None:
+                    where = f"'{key}.n_test'" if knobs.get("n_test") else "'datasets.n_test'"
+                    raise PipelineError(f"params.yaml: {where} = {n_test} is below 'extract.probe_size' = {probe} "
+                                        f"(the probe set is the first {probe} test examples of {key}): at least {probe}")
+                smallest = _smallest(knobs[knob], lambda v: split_sizes(task, {**knobs, knob: v}, params.datasets)[2]
+                                     >= probe)
+                need = f"{knob} must be at least {smallest}" if smallest else f"lower 'extract.probe_size'"
+                raise PipelineError(f"params.yaml: '{key}.{knob}' = {knobs[knob]} leaves {n_test} test examples "
+                                    f"({space} inputs, train_fraction {knobs['train_fraction']}), fewer than "
+                                    f"'extract.probe_size' = {probe} needs for the probe set: {need}")
+
+
 def validate_params(data: dict, source: str = "params.yaml") -> Params:
     """``data`` (params.yaml as loaded) as a :class:`Params`; a :class:`PipelineError` with one line
     naming the full YAML path of the first error otherwise. ``source`` starts the message."""
     try:
-        return Params.model_validate(data)
+        params = Params.model_validate(data)
     except ValidationError as exc:
         raise PipelineError(_message(exc.errors()[0], source)) from None
+    try:
+        check_sizes(params)
+    except PipelineError as exc:
+        raise PipelineError(str(exc).replace("params.yaml: ", f"{source}: ", 1)) from None
+    return params
+
+
+def main(argv=None) -> None:
+    """``python -m stages.params [FILE]``: validate params.yaml (or FILE) as every stage does; one line
+    either way. Run it before ``dvc exp run``/``dvc repro``: DVC resolves dvc.yaml first and answers a
+    mistyped grid entry with a page of its own messages."""
+    import sys
+
+    from stages.config import load_typed_params
+    from stages.errors import main_guard
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    source = args[0] if args else None
+    params = main_guard(load_typed_params)(source)
+    runs = len(params.grid.tasks) * len(params.grid.levels) * len(params.grid.models) * len(params.grid.seeds)
+    print(f"{source or 'params.yaml'}: valid ({runs} grid runs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from stages.cluster.backends import ClusterSpec, open_client
-from stages.cluster.dag import parse_status, read_plan, run_dvc
+from stages.cluster.dag import PIPELINE, parse_status, read_plan, run_dvc
 from stages.cluster.execute import execute, log, raise_for
 from stages.cluster.lockorder import lock_keys, restore_serial_order
 from stages.errors import PipelineError, main_guard
@@ -30,6 +30,9 @@ def repro(root: str | Path, spec: ClusterSpec, targets: list[str] | None = None,
     root = Path(root).resolve()
     if not (root / "dvc.yaml").is_file():
         raise PipelineError(f"missing file: {root / 'dvc.yaml'} (run from the repository root or pass --root)")
+    from stages.config import load_typed_params
+
+    load_typed_params(root / "params.yaml")  # a bad params.yaml in one line, before DVC's own messages
     plan = read_plan(root, targets)
     if dry_run:
         print(plan.describe(chains) if len(plan) else "nothing to reproduce: every stage is up to date")
@@ -49,7 +52,7 @@ def repro(root: str | Path, spec: ClusterSpec, targets: list[str] | None = None,
     except Exception as exc:  # cosmetic: the entries are DVC's own and valid in any order
         progress(f"warning: dvc.lock entries left in completion order ({exc})")
     raise_for(outcome)
-    left = parse_status(run_dvc(root, "status", "--json", *(targets or [])), ignore_always_changed=True)
+    left = parse_status(run_dvc(root, "status", "--json", *(targets or [PIPELINE])), ignore_always_changed=True)
     if left:
         raise PipelineError(f"'dvc status' still lists stage(s) after the run: {', '.join(sorted(left))}")
     progress(f"{len(plan)} stage(s) reproduced in {time.perf_counter() - clock:.1f}s; dvc status is clean")
@@ -84,6 +87,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--memory", default="4GB", help="memory per SLURM job")
     r.add_argument("--jobs", type=int, help="SLURM jobs (one worker each)")
     r.add_argument("--walltime", help="SLURM walltime, e.g. 04:00:00")
+    r.add_argument("--dashboard", default="127.0.0.1:0", metavar="ADDRESS",
+                   help="address of the Dask dashboard (default: localhost, a free port; ':8787' listens on "
+                        "every interface, without authentication)")
     r.add_argument("--job-extra", action="append", default=[], metavar="DIRECTIVE",
                    help="extra #SBATCH directive, repeatable (e.g. --job-extra=--gres=gpu:1)")
     return p
@@ -94,7 +100,7 @@ def main(argv=None) -> None:
     args = parser().parse_args(argv)
     spec = ClusterSpec(workers=args.workers, scheduler=args.scheduler, slurm=args.slurm, queue=args.queue,
                        cores=args.cores, memory=args.memory, jobs=args.jobs, walltime=args.walltime,
-                       job_extra=args.job_extra)
+                       job_extra=args.job_extra, dashboard=args.dashboard)
     spec.validate()
     repro(args.root, spec, args.targets or None, args.dry_run, chains=not args.no_chains)
 

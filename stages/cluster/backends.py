@@ -4,6 +4,10 @@ Workers only launch ``dvc repro`` subprocesses in the shared workspace, so one t
 is enough and local workers are threads of this process (``processes=False``: no start-up cost).
 On SLURM every job is one worker; the workspace (and DVC cache) must be on a shared filesystem,
 with ``dvc config core.hardlink_lock true`` when that filesystem is NFS.
+
+HTTP servers (the scheduler's dashboard, each worker's status/metrics server) listen on localhost
+only (:data:`LOCAL_HTTP`), since they have no authentication; ``--dashboard ADDRESS`` (e.g.
+``:8787``, all interfaces) opens the scheduler's dashboard wider when the user asks for it.
 """
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from stages.errors import PipelineError
+
+LOCAL_HTTP = "127.0.0.1:0"  # localhost, any free port
 
 
 @dataclass
@@ -24,6 +30,7 @@ class ClusterSpec:
     jobs: int | None = None            # SLURM jobs (one worker each); default: workers
     walltime: str | None = None
     job_extra: list[str] = field(default_factory=list)  # extra #SBATCH lines, e.g. --gres=gpu:1
+    dashboard: str = "127.0.0.1:0"     # the scheduler dashboard's address: localhost unless asked otherwise
 
     def validate(self) -> None:
         if self.scheduler and self.slurm:
@@ -55,7 +62,7 @@ def open_client(spec: ClusterSpec):
         cluster.scale(jobs=spec.jobs or spec.workers)
     else:
         cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=False,
-                               dashboard_address=":0")
+                               dashboard_address=spec.dashboard, worker_dashboard_address=LOCAL_HTTP)
     with cluster, Client(cluster) as client:
         yield client
 
@@ -65,7 +72,9 @@ def _slurm_cluster(spec: ClusterSpec):
         from dask_jobqueue import SLURMCluster
     except ImportError:
         raise PipelineError("'--slurm' needs dask-jobqueue: pip install 'geometric-anatomy[slurm]'") from None
-    kwargs = dict(cores=spec.cores, processes=1, memory=spec.memory, job_extra_directives=list(spec.job_extra))
+    kwargs = dict(cores=spec.cores, processes=1, memory=spec.memory, job_extra_directives=list(spec.job_extra),
+                  scheduler_options={"dashboard_address": spec.dashboard},
+                  worker_extra_args=["--dashboard-address", LOCAL_HTTP])  # on its node, localhost only
     if spec.queue:
         kwargs["queue"] = spec.queue
     if spec.walltime:

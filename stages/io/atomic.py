@@ -141,7 +141,8 @@ def _replace(tmp: Path, path: Path, directory: bool) -> None:
 def output_set():
     """All or nothing for a stage's outputs: every :func:`atomic_path` write inside the block stays
     in its temporary file until the block ends; then all are moved into place, one rename each. If
-    the block raises, every one of them is deleted and no output is touched."""
+    the block raises, every one of them is deleted and no output is touched; if a rename fails
+    (a full disk, a permission), the renames already done are undone (:func:`_commit`)."""
     pending: list = []
     token = _PENDING.set(pending)
     try:
@@ -153,8 +154,44 @@ def output_set():
         raise
     finally:
         _PENDING.reset(token)
-    for tmp, path, directory in pending:
-        _replace(tmp, path, directory)
+    _commit(pending)
+
+
+def _commit(pending: list) -> None:
+    """Move every ``(tmp, path, directory)`` into place, all or nothing: each existing output is first
+    renamed aside; if any rename fails, the outputs already moved are put back (the old ones restored,
+    new ones removed), every temporary is deleted, and one :class:`PipelineError` line names the path."""
+    from stages.errors import PipelineError
+
+    done: list[tuple[Path, Path | None]] = []  # (path, its previous version set aside, or None)
+    try:
+        for tmp, path, directory in pending:
+            aside = None
+            if path.exists() or path.is_symlink():
+                aside = path.with_name(f"{TMP_PREFIX}{path.name}.{_host()}-{os.getpid()}.old{TMP_SUFFIX}")
+                _remove(aside)
+                os.replace(path, aside)
+            done.append((path, aside))
+            os.replace(tmp, path)
+    except OSError as exc:
+        for path, aside in reversed(done):
+            with contextlib.suppress(OSError):
+                if aside is None:
+                    _remove(path)
+                else:
+                    if path.exists() or path.is_symlink():
+                        _remove(path)
+                    os.replace(aside, path)
+        for tmp, _, _ in pending:
+            with contextlib.suppress(OSError):
+                _remove(tmp)
+        failed = done[-1][0] if done else pending[0][1]
+        raise PipelineError(f"could not write {failed} ({' '.join(str(exc).split())}); no output of this stage "
+                            "was changed") from None
+    for _, aside in done:
+        if aside is not None:
+            with contextlib.suppress(OSError):
+                _remove(aside)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as serialize
 
@@ -113,22 +113,54 @@ def read_manifest(directory: str | os.PathLike, verify: bool = False) -> dict:
 
 
 def load_model(directory: str | os.PathLike, step: int, manifest: dict | None = None,
-               device: str | torch.device = "cpu") -> GPT:
+               device: str | torch.device = "cpu", portable_ops: bool = False) -> GPT:
     manifest = manifest or read_manifest(directory, verify=True)
     path = step_file(directory, step)
     if not path.is_file():
         raise PipelineError(f"missing checkpoint: {path}")
     try:
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise PipelineError(f"corrupt checkpoint: {path} ({exc})") from None
+    cfg = _model_config(directory, manifest)
+    try:
+        with torch.device("meta"):  # the manifest's model, allocating nothing, to compare shapes first
+            expected = {k: tuple(v.shape) for k, v in GPT(cfg).state_dict().items() if k != "head.weight"}
+    except (AssertionError, ValueError, RuntimeError) as exc:
+        raise PipelineError(f"corrupt checkpoint manifest: {Path(directory) / MANIFEST} (its 'model' cannot be "
+                            f"built: {' '.join(str(exc).split()) or type(exc).__name__})") from None
+    if expected != shapes:
+        differ = sorted(set(expected) ^ set(shapes)) or sorted(k for k in expected if expected[k] != shapes[k])
+        name = differ[0]
+        raise PipelineError(f"corrupt checkpoint: {path} (weights do not fit the manifest's model: '{name}' is "
+                            f"{shapes.get(name, 'absent')} in the file, {expected.get(name, 'absent')} in "
+                            f"{Path(directory) / MANIFEST})")
+    try:
         state = load_file(str(path), device=str(device))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise PipelineError(f"corrupt checkpoint: {path} ({exc})") from None
-    model = GPT(GPTConfig(**manifest["model"]))
+    model = GPT(cfg, portable_ops=portable_ops)
     state["head.weight"] = state.get("wte.weight")
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError) as exc:
         raise PipelineError(f"corrupt checkpoint: {path} (weights do not fit the manifest's model: {str(exc).splitlines()[0]})") from None
     return model.to(device).eval()
+
+
+def _model_config(directory, manifest: dict) -> GPTConfig:
+    model = manifest.get("model")
+    try:
+        cfg = GPTConfig(**model)
+        ok = all(isinstance(getattr(cfg, k), int) and not isinstance(getattr(cfg, k), bool) and getattr(cfg, k) > 0
+                 for k in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"))
+    except TypeError:
+        ok = False
+    if not ok:
+        raise PipelineError(f"corrupt checkpoint manifest: {Path(directory) / MANIFEST} ('model' must map vocab_size, "
+                            f"block_size, n_layer, n_head, d_model to positive integers, got {model!r})")
+    return cfg
 
 
 def listed_steps(directory: str | os.PathLike) -> list[int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from stages import paths
 from stages.errors import PipelineError
 from stages.io.checkpoints import MANIFEST, read_manifest
-from stages.io.tables import numeric_column, read_csv
+from stages.io.tables import check_range, numeric_column, read_csv
 
 
 def accuracy_by_step(run: str) -> dict[int, float]:
@@ -12,6 +12,7 @@ def accuracy_by_step(run: str) -> dict[int, float]:
 
     The history must be whole (ends with a newline, no row cut short), have ``step`` and ``test_acc``
     with finite numbers in every row, numbers (or empty cells) in every other column but ``run``,
+    accuracies (``test_acc``, ``train_acc``) in [0, 1],
     and list exactly the steps of the run's checkpoint manifest (``data/checkpoints/<run>/manifest.json``),
     in order. Every error is one line naming the file."""
     path = paths.history_file(run)
@@ -20,9 +21,13 @@ def accuracy_by_step(run: str) -> dict[int, float]:
         raise PipelineError(f"corrupt table: {path} (needs columns step, test_acc)")
     steps = numeric_column(history, "step", path, required=True, finite=True, integer=True, minimum=0)
     acc = numeric_column(history, "test_acc", path, required=True, finite=True)
+    history["test_acc"] = acc
     for column in history.columns:
         if column not in ("run", "step", "test_acc"):
-            numeric_column(history, column, path)  # losses may be empty (no batch before step 0)
+            history[column] = numeric_column(history, column, path)  # losses may be empty (no batch before step 0)
+    for column in ("test_acc", "train_acc"):
+        if column in history.columns:
+            check_range(history, column, path, 0.0, 1.0, "an exact-match accuracy in [0, 1]")
     directory = paths.checkpoint_dir(run)
     expected = [int(s) for s in read_manifest(directory)["steps"]]
     found = [int(s) for s in steps]

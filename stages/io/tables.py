@@ -114,6 +114,61 @@ def numeric_column(frame: pd.DataFrame, column: str, path: str | os.PathLike, *,
     return values.astype("int64") if integer and required else values
 
 
+def check_range(frame: pd.DataFrame, column: str, path: str | os.PathLike, low: float, high,
+                expectation: str, rows=None) -> None:
+    """Every number of ``column`` (already numeric; NaN cells skipped) must lie in ``[low, high]``
+    (``high`` a number or a per-row Series), checked on ``rows`` (a boolean mask) or all rows. The
+    one-line error names the file, the line, the row's step (and layer) and ``expectation``."""
+    values = frame[column].astype(float)
+    tol = 1e-6 * np.maximum(1.0, np.abs(values))
+    bad = (values < low - tol) | (values > high + tol)
+    if rows is not None:
+        bad &= rows
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise PipelineError(f"corrupt table: {path} ({row_where(frame, i)}: '{column}' = {float(values.iloc[i])!r}, "
+                            f"expected {expectation})")
+
+
+def row_where(frame: pd.DataFrame, i: int) -> str:
+    """``line N, step S[, layer L]`` of row ``i`` (0-based) of a table read from CSV."""
+    parts = [f"line {i + 2}"]
+    for key in ("step", "layer", "eval_set"):
+        if key in frame.columns:
+            parts.append(f"{key} {frame[key].iloc[i]}")
+    return ", ".join(parts)
+
+
+def check_step_order(frame: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Rows grouped by step in increasing order (how the stages write them): a step never comes back
+    after a later one."""
+    steps = frame["step"].to_numpy()
+    change = np.flatnonzero(steps[1:] != steps[:-1]) + 1
+    starts = steps[np.concatenate([[0], change])] if len(steps) else steps
+    if len(starts) and ((np.diff(starts) <= 0).any()):
+        k = int(np.flatnonzero(np.diff(starts) <= 0)[0]) + 1
+        i = int(np.concatenate([[0], change])[k])
+        raise PipelineError(f"corrupt table: {path} (line {i + 2}: step {steps[i]} after step {starts[k - 1]}; "
+                            "expected each step once, in increasing order)")
+
+
+def check_checkpoint_count(frame: pd.DataFrame, path: str | os.PathLike, column: str = "n_checkpoints") -> None:
+    """With an ``n_checkpoints`` column (what the writing stage measured; the same in every row), the
+    table must hold exactly that many distinct steps: a table cut at a row boundary, or one with rows
+    removed, is refused."""
+    if column not in frame.columns:
+        return
+    counts = numeric_column(frame, column, path, required=True, integer=True, minimum=1)
+    if counts.nunique() != 1:
+        i = int(np.flatnonzero((counts != counts.iloc[0]).to_numpy())[0])
+        raise PipelineError(f"corrupt table: {path} ({row_where(frame, i)}: '{column}' = {counts.iloc[i]}, "
+                            f"expected {counts.iloc[0]} as in line 2)")
+    found = frame["step"].nunique()
+    if found != counts.iloc[0]:
+        raise PipelineError(f"corrupt table: {path} (holds {found} steps, up to step {frame['step'].max()}; "
+                            f"expected the {counts.iloc[0]} of '{column}': cut, or rows removed)")
+
+
 def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from stages.io.checkpoints import save_state, step_file
 from stages.models.gpt import GPT
-from stages.models.vendor_neutral_ops import cross_entropy
+from stages.models.vendor_neutral_ops import cross_entropy as portable_cross_entropy
 from stages.training.precision import autocast
 from stages.training.resume import clear_resume, load_resume, remove_leftovers, save_resume
 from stages.training.schedule import lr_at
@@ -51,8 +51,11 @@ def answer_logits(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tenso
 
 
 def answer_loss(model: GPT, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
-    logits = answer_logits(model, seq, prompt_len)  # F.cross_entropy's bits; its Hessian off MKL's vector math
-    return cross_entropy(logits.reshape(-1, logits.shape[-1]), seq[:, prompt_len:].reshape(-1))
+    """Mean cross-entropy of the answer tokens; a portable model's (``model.portable_ops``) takes its
+    second derivative off MKL's vector math (the same bits otherwise)."""
+    logits = answer_logits(model, seq, prompt_len)
+    loss = portable_cross_entropy if getattr(model, "portable_ops", False) else F.cross_entropy
+    return loss(logits.reshape(-1, logits.shape[-1]), seq[:, prompt_len:].reshape(-1))
 
 
 @torch.no_grad()
