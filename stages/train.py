@@ -8,6 +8,10 @@ A crashed run keeps its partial directory and resumes from its last checkpoint.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import os
 import shutil
 import time
@@ -29,6 +33,7 @@ from stages.tasks import LEVELS, get_task
 from stages.training.device import resolve_device
 from stages.training.live import curve_log, history_logger
 from stages.training.loop import TrainConfig, sequences, train
+from stages.training.memory import check_fits, train_bytes
 from stages.training.precision import resolve_precision
 from stages.training.schedule import checkpoint_steps
 
@@ -70,9 +75,15 @@ def run(task: str, level: str, model_name: str, seed: int, params: Params, progr
     prompt_len = meta["prompt_len"]
     cfg = model_config(model_name, meta["vocab_size"], prompt_len + meta["answer_len"] - 1, settings.dropout)
     torch.manual_seed(seed)
-    model = GPT(cfg, portable_ops=params.runtime.cpu_paths == "portable").to(device)
+    # initialised on the CPU, as before; moved to the device once it is known to fit
+    model = GPT(cfg, portable_ops=params.runtime.cpu_paths == "portable")
     precision = resolve_precision(settings.precision, device, model.num_params(),
                                   "train.defaults.precision")
+    batch = min(settings.batch_size, len(train_p))
+    check_fits(model_name, train_bytes(model.num_params(), cfg.n_layer, cfg.d_model, cfg.n_head, cfg.block_size,
+                                       batch, meta["answer_len"], meta["vocab_size"], precision),
+               device, batch, cfg.block_size, what=f"training run {rid}")
+    model = model.to(device)
 
     out = paths.checkpoint_dir(rid)
     partial = out.with_name(f".{rid}.partial")

@@ -119,6 +119,24 @@ def _written(dep: str, outs: list[str]) -> bool:
     return False
 
 
+def _check_subset(root_value, values, params, what: str) -> None:
+    """A matrix list that replaces ``${grid.x}`` must be a list drawn from ``grid.x`` of the study's params:
+    a stage finds its entry's values by recomputing DVC's entry names from params.yaml (stages/config.py
+    ``matrix_arguments``), which names the same entry only within the grid."""
+    if not isinstance(values, list) or not values:
+        raise StudyError(f"{what} must be a non-empty list")
+    ref = str(root_value)
+    if ref.startswith("${") and ref.endswith("}"):
+        node = params
+        for key in ref[2:-1].split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        allowed = list(node) if isinstance(node, list) else []
+        outside = [v for v in values if v not in allowed]
+        if outside:
+            raise StudyError(f"{what} holds {', '.join(map(str, outside))}, not in {ref[2:-1]} of the study's "
+                             f"params ({', '.join(map(str, allowed))})")
+
+
 def study_pipeline(spec: dict, root_dvc, params, rel_root: str, source: str):
     wanted = spec.get("stages")
     root_stages = root_dvc.get("stages", {})
@@ -148,6 +166,7 @@ def study_pipeline(spec: dict, root_dvc, params, rel_root: str, source: str):
                 if key not in stage["matrix"]:
                     raise StudyError(f"{source}: 'matrix.{name}.{key}': the root stage's matrix keys are "
                                      f"{', '.join(stage['matrix'])}")
+                _check_subset(stage["matrix"][key], values, params, f"{source}: 'matrix.{name}.{key}'")
                 stage["matrix"][key] = values
         stage["cmd"] = f"PYTHONPATH={rel_root} {stage['cmd']}"
         deps = []

@@ -13,7 +13,7 @@ import yaml
 from stages import generate, paths, train
 from stages.io.checkpoints import listed_steps, step_file
 from stages.params import validate_params
-from stages.training import loop
+from stages.training import loop, resume
 from conftest import tiny_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +195,7 @@ def test_other_errors_are_not_swallowed(params, monkeypatch, shared):
     def boom(*args, **kwargs):
         raise MemoryError("not a torn file")
 
-    monkeypatch.setattr(loop, "load_file", boom)
+    monkeypatch.setattr(resume, "load_file", boom)
     with pytest.raises(MemoryError):
         train.run(TASK, LEVEL, MODEL, SEED, params, progress=False)
 
