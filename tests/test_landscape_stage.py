@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from stages import extract, generate, landscape, measure, train
+from stages import landscape
 from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.config import load_params, load_typed_params
@@ -40,14 +40,12 @@ def one_thread():
 
 
 @pytest.fixture
-def tiny_run(workdir, one_thread):
+def tiny_run(measured_workdir, one_thread):
+    """The tiny run trained and measured (tests/conftest.py; the landscape plot table draws RankMe beside
+    the landscape measures), with small landscape settings."""
     params = small_landscape(load_params())
-    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
-    generate.main(["--task", "copy", "--level", "easy"])
-    train.main(RUN)
-    extract.main(RUN)
-    measure.main(RUN)  # the landscape plot table draws RankMe beside the landscape measures
-    return workdir
+    (measured_workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    return measured_workdir
 
 
 def set_accuracy(workdir, acquired_from: int | None) -> None:

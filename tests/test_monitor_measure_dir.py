@@ -272,7 +272,7 @@ def project_run(root, params, steps=(0, 3)):
     """One of this project's run folders (step_XXXXXXX.safetensors + manifest.json) of a tiny GPT
     trained a few steps on copy-easy, and its dataset folder."""
     from stages.config import load_typed_params
-    from stages.io.checkpoints import save_state, step_file, write_manifest
+    from stages.io.checkpoints import save_state, step_digests, step_file, write_manifest
     from stages.io.datasets import write_dataset
     from stages.models import GPT, GPTConfig
     from stages.tasks import build_dataset
@@ -296,7 +296,8 @@ def project_run(root, params, steps=(0, 3)):
             save_state(model, step_file(run_dir, step))
         update(model, opt, seq[:32], prompt_len, 1.0)
     write_manifest(run_dir, {"run": run_dir.name, "task": "copy", "level": "easy", "model": cfg.to_dict(),
-                             "n_params": model.num_params(), "steps": list(steps)})
+                             "n_params": model.num_params(), "steps": list(steps),
+                             "sha256": step_digests(run_dir, steps)})
     return run_dir, root / "datasets" / "copy-easy", ds
 
 

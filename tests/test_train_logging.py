@@ -130,9 +130,7 @@ def test_curve_log_leaves_nothing_on_failure(tmp_path):
     assert not target.exists() and not list(target.parent.iterdir())
 
 
-def test_train_stage_logs_its_history_through_dvclive(workdir):
-    generate.main(ARGS)
-    train.main(ARGS + ["--model", "p405k", "--seed", "0"])
+def test_train_stage_logs_its_history_through_dvclive(trained_workdir):
     history = pd.read_csv(paths.history_file(RUN))
     live = paths.dvclive_dir(RUN)
     first = listing(live)

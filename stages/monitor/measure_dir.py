@@ -341,7 +341,7 @@ class Measurer:
             raise PipelineError(f"checkpoint {ck.name}: a project step file among transformers checkpoints; measure "
                                 "its run folder on its own")
         try:
-            model = load_model(ck.path.parent, ck.step, read_manifest(ck.path.parent), self.device)
+            model = load_model(ck.path.parent, ck.step, read_manifest(ck.path.parent, verify=True), self.device)
         except PipelineError as exc:
             raise LoadFailure(str(exc)) from None
         test_acc = float(evaluate(model, task.test_seq.to(self.device), task.prompt_len, self.batch_size)[1])
