@@ -94,7 +94,7 @@ def _run(cmd, cwd, **kw):
 
 
 TOY = """\
-stages: [generate, train, extract, measure, landscape, events]
+stages: [generate, train, extract, measure, landscape, events, plot_pages]
 params:
   grid.tasks: [copy, reverse, mod]
   grid.levels: [easy]
@@ -111,7 +111,7 @@ params:
   train.tasks.copy.easy: {}
   train.tasks.reverse.easy: {}
   train.tasks.mod.easy: {}
-  tasks.mod.easy: {modulus: 11, train_fraction: 0.5, op: add}
+  tasks.mod.easy: {modulus: 13, train_fraction: 0.5, op: add}   # 84 train rows: room for the batch of 64
   extract.probe_size: 48
   events.bootstrap.resamples: 50
   landscape.max_checkpoints: 3
