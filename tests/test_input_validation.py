@@ -478,7 +478,7 @@ def test_grid_settings(repo_params):
 @pytest.mark.parametrize("key,value,needle", [
     ("tasks", ["copy", "copi"], "unknown entry 'copi' in 'grid.tasks' (choose from: copy, reverse"),
     ("levels", ["easy", "insane"], "unknown entry 'insane' in 'grid.levels' (choose from: easy, medium, hard)"),
-    ("models", ["gpt5"], "unknown entry 'gpt5' in 'grid.models' (choose from: p405k"),
+    ("models", ["gpt5"], "unknown entry 'gpt5' in 'grid.models' (choose from: p100k, p405k"),
     ("models", [3], "unknown entry 3 in 'grid.models'"),
     ("tasks", [], "'grid.tasks' must be a non-empty list"),
     ("levels", "easy", "'grid.levels' must be a non-empty list"),
