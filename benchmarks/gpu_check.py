@@ -43,8 +43,11 @@ from stages.errors import PipelineError  # noqa: E402
 from stages.extract import hidden_at  # noqa: E402
 from stages.measures.rankme import geometry  # noqa: E402
 from stages.models import GPT, PRESETS, model_config  # noqa: E402
+from stages.models.presets import PAPER_SIZES  # noqa: E402
 from stages.tasks import build_dataset, get_task  # noqa: E402
 from stages.training.device import resolve_device  # noqa: E402
+from stages.training.memory import check_fits, train_bytes  # noqa: E402
+from stages.training.precision import AUTO_BF16_MIN_PARAMS  # noqa: E402
 from stages.training.loop import batch_indices, evaluate, make_optimizer, sequences, update  # noqa: E402
 from stages.training.schedule import lr_at  # noqa: E402
 
@@ -334,6 +337,19 @@ def grid_shapes(params: Params, tasks, levels, batch_size: int | None = None) ->
     return out
 
 
+def fits(preset: str, shapes: list[dict], device: torch.device, precision: str) -> None:
+    """Stop (one line: the size and the estimate) when ``preset`` cannot train the largest of ``shapes``
+    in the free memory of ``device`` (stages/training/memory.py, the check the train stage makes)."""
+    for sh in sorted(shapes, key=lambda s: (s["context"] * s["batch"], s["vocab"]), reverse=True)[:1]:
+        n_params, _, cfg = counted_model(preset, sh["vocab"], sh["context"])
+        prec = precision if n_params >= AUTO_BF16_MIN_PARAMS or precision == "fp32" else "fp32"
+        answer_len = sh["ds"].meta()["answer_len"]
+        est = train_bytes(n_params, cfg.n_layer, cfg.d_model, cfg.n_head, sh["context"], sh["batch"], answer_len,
+                          sh["vocab"], prec)
+        check_fits(preset, est, device, sh["batch"], sh["context"],
+                   what=f"training on {sh['task']}-{sh['level']} ({prec})")
+
+
 def memory_estimate(n_params: int, n_layer: int, d_model: int, context: int, batch: int, vocab: int) -> float:
     """Rough bytes of one training run when not measured: fp32 weights, grads and AdamW moments (16 B per
     parameter) plus bf16 activations, ~34 * B*T*d bytes per layer (Korthikanti et al. 2022, flash
@@ -539,7 +555,7 @@ def run_main(argv=None) -> dict:
             raise PipelineError(f"'{name}' must be at least {low}, got {value}")
     if args.peak_tflops is not None and args.peak_tflops <= 0:
         raise PipelineError(f"'--peak-tflops' must be positive, got {args.peak_tflops}")
-    presets = list(MODEL_NAMES)
+    presets = list(PAPER_SIZES)  # the paper's six; the proxy p100k only when named
     if args.estimate_presets:
         presets = [choose(p.strip(), PRESETS, "preset") for p in args.estimate_presets.split(",") if p.strip()]
     elif args.quick:
@@ -565,11 +581,19 @@ def run_main(argv=None) -> dict:
             label = f"measured fp32 rate of a 1024x1024 torch.mm on {threads} thread(s), not a GPU peak"
         print(f"device: cpu ({threads} torch thread(s), fp32; MFU is against the measured fp32 matmul rate "
               f"{peak / 1e9:.3g} GFLOP/s)")
+    burst = args.burst_steps if args.burst_steps is not None else (2 if args.quick else
+                                                                    (10 if device.type == "cuda" else 0))
+    tasks, levels = (["mod", "copy"], ["easy", "hard"]) if args.quick else (list(TASK_NAMES), list(LEVELS))
+    # Every preset this run will train must fit the device: one line naming the size and the estimate,
+    # before any training (the check's preset on its cell; with a measured estimate, every preset on the
+    # grid's longest context).
+    fits(args.preset, [s for s in grid_shapes(params, [args.task], [args.level], args.batch)], device, precision)
+    if not args.no_estimate and burst > 0:
+        shapes = grid_shapes(params, tasks, levels, args.batch)
+        for preset in presets:
+            fits(preset, shapes, device, precision)
     result = {"check": check(args, params, device, precision, peak, label)}
     if not args.no_estimate:
-        burst = args.burst_steps if args.burst_steps is not None else (2 if args.quick else
-                                                                        (10 if device.type == "cuda" else 0))
-        tasks, levels = (["mod", "copy"], ["easy", "hard"]) if args.quick else (list(TASK_NAMES), list(LEVELS))
         target = args.target_tflops * 1e12 if args.target_tflops else (
             peak if device.type == "cuda" and peak else H200_TFLOPS * 1e12)
         n_seeds = 1 if args.seeds is None else (len(params.seeds()) if args.seeds == -1 else args.seeds)

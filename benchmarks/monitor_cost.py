@@ -1,7 +1,15 @@
-"""Cost of one RankMe monitor reading relative to one training step, in one process, medians.
+"""Cost of the RankMe monitor, in one process, medians.
 
+    python benchmarks/monitor_cost.py --trainer [--repeats 5] [--threads 1]
     python benchmarks/monitor_cost.py [--tasks mod] [--level hard] [--model p405k] [--probe-size 512]
                                       [--repeats 20] [--threads 1] [--params params.yaml]
+
+``--trainer``: the README's Hugging Face Trainer example (docs/monitor.md; the same model, data, probe
+and ``TrainingArguments``) trained with and without ``RankMeCallback`` at its default cadence (a
+reading at every Trainer log, plus one at step 0), alternating ``--repeats`` times; the ratio of the
+median CPU seconds of ``trainer.train()`` minus one is the monitor's overhead (target: at most 5%).
+
+Otherwise, one reading against one training step of this project's GPT:
 
 A **training step** is one AdamW update of the preset (stages/models) on a ``train`` batch of the
 task as stage ``train`` runs it: ``answer_loss`` forward, backward, gradient clipping, step
@@ -24,7 +32,6 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import stages  # noqa: E402,F401  before numpy and torch, as in a stage: pins the CPU code paths (stages/numerics.py)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -98,8 +105,58 @@ def bench(task: str, level: str, model_name: str, params: dict, probe_size: int,
             "overhead_1pct": ratio * 100 / steps}
 
 
+def readme_trainer(with_monitor: bool, out: str) -> float:
+    """CPU seconds of ``trainer.train()`` in the README's Trainer example (keep the two in step)."""
+    import io
+    import random
+    from contextlib import redirect_stdout
+
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, Trainer, TrainingArguments
+    from transformers.utils import logging as hf_logging
+
+    from stages.monitor import RankMeCallback
+    from stages.pythia import grammar
+    from stages.pythia.suite import batches, build_tokenizer
+
+    hf_logging.set_verbosity_error()
+    torch.manual_seed(0)
+    tok = build_tokenizer()
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+        max_position_embeddings=64, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+    train = [{"input_ids": x, "labels": x} for x in next(batches(tok, seed=0, batch_size=256, seq_len=32))]
+    rng = random.Random(1)
+    probe = tok([grammar.sentence(rng) for _ in range(32)], return_tensors="pt", padding=True, truncation=True,
+                max_length=16)
+    args = TrainingArguments(output_dir=out, max_steps=100, per_device_train_batch_size=16, learning_rate=3e-3,
+                             logging_steps=10, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=train,
+                      callbacks=[RankMeCallback(probe)] if with_monitor else None)
+    with redirect_stdout(io.StringIO()):
+        start = time.process_time()
+        trainer.train()
+        return time.process_time() - start
+
+
+def trainer_overhead(repeats: int) -> None:
+    import tempfile
+
+    times = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as out:
+        readme_trainer(True, out)  # warm-up
+        for _ in range(repeats):
+            for with_monitor in (False, True):
+                times[with_monitor].append(readme_trainer(with_monitor, out))
+    base, monitored = statistics.median(times[False]), statistics.median(times[True])
+    print(f"README Trainer example (100 steps, readings at steps 0, 10, ..., 100), {torch.get_num_threads()} "
+          f"thread(s), medians of {repeats} alternating repeats (CPU seconds)")
+    print(f"without the monitor {base:.3f} s, with it {monitored:.3f} s: overhead {100 * (monitored / base - 1):.1f}% "
+          f"(target <= 5%); per run: {', '.join(f'{100 * (m / b - 1):.1f}%' for b, m in zip(times[False], times[True]))}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trainer", action="store_true", help="the README's Trainer example with and without it")
     parser.add_argument("--tasks", default="mod", help="comma-separated tasks, or 'all'")
     parser.add_argument("--level", default="hard")
     parser.add_argument("--model", default="p405k")
@@ -111,6 +168,9 @@ def main() -> None:
                         help="run the probe's whole sequences, not just the tokens up to the probed position")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.trainer:
+        trainer_overhead(args.repeats if args.repeats != 20 else 5)
+        return
     params = load_typed_params(args.params)
     probe_size = args.probe_size or params.extract.probe_size
     tasks = list(TASK_NAMES) if args.tasks == "all" else args.tasks.split(",")

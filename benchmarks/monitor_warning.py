@@ -2,6 +2,7 @@
 
     python benchmarks/monitor_warning.py [MEASURES_DIR ...] [--from-hidden] [--measure rankme_centred]
                                          [--resamples 1000] [--seed 0] [--params params.yaml] [--csv FILE]
+                                         [--controls DIR] [--no-cuts]
 
 For every run with a measures table in MEASURES_DIR (default ``data/measures``; runs named
 ``<task>-<level>-<model>-s<seed>``, or ``<task>-<level>-<model>`` without a seed axis), the online
@@ -27,6 +28,23 @@ step, with the offline precursor verdict (stage ``events``) beside it. Per diffi
 
 Also checked on every run: the monitor's final events equal the offline detector's
 (``agree`` column; ``pending`` when the run ended on an unconfirmed floor).
+
+**Evaluation with negative controls** (issue 20; the rules below, :data:`FROZEN`, were fixed before
+the evaluation first ran and are printed with every result; changing them is a new evaluation):
+
+* positives: the runs above that acquire;
+* negatives, runs that never acquire within their budget: ``--controls DIR`` (measures tables from
+  benchmarks/monitor_controls.py: copy-easy with shuffled answers, mul-hard), and, unless
+  ``--no-cuts``, every acquiring run with its budget **cut** at the last checkpoint at or before
+  ``cut_share`` of its acquisition step (the trainer stopped early: the capability never comes);
+* a warning at step ``w`` is a **hit** when acquisition follows within the **horizon**:
+  ``w < acquisition <= (1 + horizon) w`` (scale-free: ``horizon`` 3 = within two doublings of the
+  training time at the warning); earlier is **early** (a miss), none is a miss; any warning in a
+  negative is a **false alarm**;
+* the **baseline** warns in every run at the first checkpoint at or past ``baseline_share`` of the
+  run's budget (its last step), judged by the same horizon: it needs no geometry, so a monitor is
+  worth its cost only where it beats it (hits on positives, false alarms on negatives);
+* shares carry exact Clopper-Pearson 95% intervals (stages/analysis/verdicts.py).
 """
 from __future__ import annotations
 
@@ -43,7 +61,8 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from stages.analysis.bootstrap import interval, median, rate  # noqa: E402
-from stages.analysis.events import FOUND, Rules  # noqa: E402
+from stages.analysis.events import FOUND, Rules, acquisition  # noqa: E402
+from stages.analysis.verdicts import clopper_pearson  # noqa: E402
 from stages.analysis.runs import run_events  # noqa: E402
 from stages.errors import PipelineError  # noqa: E402
 from stages.io.hidden import iter_steps  # noqa: E402
@@ -52,6 +71,7 @@ from stages.measures.rankme import geometry  # noqa: E402
 from stages.monitor import PRECURSOR, RankMeMonitor  # noqa: E402
 from stages.monitor.measure_dir import event_rules  # noqa: E402
 
+FROZEN = {"horizon": 3.0, "baseline_share": 0.1, "cut_share": 0.5}  # fixed before the evaluation ran
 RUN = re.compile(r"^(?P<task>[^-]+)-(?P<level>[^-]+)-(?P<model>.+?)(?:-s(?P<seed>\d+))?$")
 FIELDS = ("acquisition_step", "peak_step", "collapse_step", "floor_step", "recovery_step")
 LEVEL_ORDER = {"easy": 0, "medium": 1, "hard": 2}
@@ -166,6 +186,70 @@ def level_table(runs: pd.DataFrame, resamples: int, seed: int) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def judge(warn_at, acq, horizon: float) -> str:
+    """``hit`` (acquisition within the horizon after the warning), ``early`` (acquisition later than
+    that), ``late`` (at or after acquisition), ``miss`` (no warning before the run ended) or, for a run
+    that never acquires, ``false alarm`` / ``quiet``."""
+    if acq is None or (isinstance(acq, float) and not np.isfinite(acq)):
+        return "quiet" if warn_at is None else "false alarm"
+    if warn_at is None:
+        return "miss"
+    if warn_at >= acq:
+        return "late"
+    return "hit" if acq <= (1 + horizon) * warn_at else "early"
+
+
+def baseline_step(steps, share: float) -> int:
+    """The trivial warning: the first checkpoint at or past ``share`` of the run's budget (last step)."""
+    steps = np.sort(np.asarray(steps))
+    return int(steps[np.searchsorted(steps, share * steps[-1])])
+
+
+def cut_budget(frame: pd.DataFrame, rules: Rules, share: float) -> pd.DataFrame | None:
+    """The run as if its budget ended at the last checkpoint at or before ``share`` of its acquisition
+    step (``None`` without acquisition or with fewer than 3 checkpoints left)."""
+    acc = frame.groupby("step")["test_acc"].first().sort_index()
+    acq, _ = acquisition(acc.index.to_numpy(), acc.to_numpy(), rules.threshold, rules.window)
+    if acq is None:
+        return None
+    kept = frame[frame["step"] <= share * acq]
+    return kept if kept["step"].nunique() >= 3 else None
+
+
+def share_ci(k: int, n: int) -> str:
+    if n == 0:
+        return "-"
+    low, high = clopper_pearson(k, n)
+    return f"{k}/{n} [{100 * low:.0f}%, {100 * high:.0f}%]"
+
+
+def evaluation(positives: list[tuple[str, pd.DataFrame]], negatives: list[tuple[str, str, pd.DataFrame]],
+               rules: Rules, measure: str, frozen: dict = FROZEN) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per run (monitor and baseline outcomes) and per group (hits on positives, false alarms on
+    negatives, with exact intervals), under the ``frozen`` horizon, baseline share and cut."""
+    rows = []
+    for kind, run, frame in [("positive", r, f) for r, f in positives] + negatives:
+        res = replay(frame, rules, measure)
+        acq = res["acquisition_step"] if res["acquisition_status"] == FOUND else None
+        if kind != "positive" and acq is not None:
+            kind = f"{kind} (acquired: not a negative)"
+        base = baseline_step(frame["step"].unique(), frozen["baseline_share"])
+        rows.append({"group": kind, "run": run, "acquisition_step": acq, "budget": int(frame["step"].max()),
+                     "warning_step": res["warning_step"], "monitor": judge(res["warning_step"], acq, frozen["horizon"]),
+                     "baseline_step": base, "baseline": judge(base, acq, frozen["horizon"])})
+    runs = pd.DataFrame(rows)
+    out = []
+    for group, g in runs.groupby("group", sort=False):
+        positive = group == "positive"
+        good = "hit" if positive else "false alarm"
+        out.append({"group": group, "runs": len(g), "counted": "hits" if positive else "false alarms",
+                    "monitor": share_ci(int((g["monitor"] == good).sum()), len(g)),
+                    "monitor_early": int((g["monitor"] == "early").sum()),
+                    "baseline": share_ci(int((g["baseline"] == good).sum()), len(g)),
+                    "baseline_early": int((g["baseline"] == "early").sum())})
+    return runs, pd.DataFrame(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="*", type=Path, default=[Path("data/measures")])
@@ -176,6 +260,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--params", type=Path, default=None)
     parser.add_argument("--csv", type=Path, default=None, help="write the per-run table here")
+    parser.add_argument("--controls", type=Path, action="append", default=[],
+                        help="measures tables of runs that never acquire (benchmarks/monitor_controls.py)")
+    parser.add_argument("--no-cuts", action="store_true", help="no budget-cut copies of the acquiring runs")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = event_rules(args.params)
@@ -209,6 +296,25 @@ def main() -> None:
     print(levels.to_string(index=False))
     if args.csv:
         table.to_csv(args.csv, index=False)
+
+    positives = [(run, frame) for run, frame, _ in runs if not run.startswith("pythia-")]  # Pythia: not pooled
+    negatives = []
+    if not args.no_cuts:
+        for run, frame in positives:
+            short = cut_budget(frame, rules, FROZEN["cut_share"])
+            if short is not None:
+                negatives.append(("budget cut", f"{run}@{int(short['step'].max())}", short))
+    controls, notes = collect([d for d in args.controls if d.is_dir()], False)
+    for note in notes:
+        print(note)
+    negatives += [("control: " + run.split("-")[0], run, frame) for run, frame, _ in controls]
+    per_run, groups = evaluation(positives, negatives, rules, args.measure)
+    print()
+    print(f"evaluation, frozen before it ran: {FROZEN} (horizon: acquisition within (1 + horizon) x the warning "
+          f"step; baseline: warn at baseline_share of the budget; cut: budget ends at cut_share of acquisition)")
+    print(per_run.to_string(index=False))
+    print()
+    print(groups.to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,15 @@ on a busy machine); wall seconds are printed beside them, with ``uptime``'s load
 The run's projection: ``steps x step + n_checkpoints x (ckpt + extract + measure)`` and, apart,
 ``landscape x max_checkpoints`` (the stage measures at most that many checkpoints per run).
 Sizes: ``p100k`` is a proxy below p405k, NOT one of the paper's sizes (stages/models/presets.py).
+
+A study's cost from measured numbers (docs/scale.md), without measuring again:
+
+    python benchmarks/scale_cost.py --plan studies/scale --from-json /tmp/a.json,/tmp/b.json
+
+sums, over every run of the study's grid (its params.yaml; the landscape runs of its dvc.yaml), the
+measured pieces of that run's cell and size at the study's own ``steps`` and ``n_checkpoints``, plus
+one stage process start (measured: CPU seconds of a child importing a stage) and ``--dvc-s`` of DVC
+bookkeeping per stage; a cell or size missing from the JSON files is named, not guessed.
 """
 from __future__ import annotations
 
@@ -151,6 +160,83 @@ def cell_costs(task: str, level: str, model_name: str, params, repeats: int, ski
     return out
 
 
+def process_start_cpu_s() -> float:
+    """CPU seconds of a fresh interpreter importing a stage module (what every DVC stage pays first)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", "import stages.landscape, stages.train"], check=True,
+                   cwd=Path(__file__).resolve().parents[1])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def plan(study: Path, files: list[str], dvc_s: float) -> int:
+    """Print the study's estimated CPU seconds per size and in total, from measured rows (JSON)."""
+    import itertools
+
+    import yaml
+
+    rows = {}
+    for f in files:
+        for r in json.loads(Path(f).read_text())["rows"]:
+            rows[(r["task"], r["level"], r["model"])] = r  # later files win
+    params = load_typed_params(study / "params.yaml")
+    stages_ = yaml.safe_load((study / "dvc.yaml").read_text())["stages"]
+    g = params.grid
+
+    def listed(value, fallback):
+        return fallback if isinstance(value, str) else value  # "${grid.x}": the grid's list
+
+    lm = stages_.get("landscape", {}).get("matrix", {})
+    land = set(itertools.product(listed(lm.get("task"), g.tasks), listed(lm.get("level"), g.levels),
+                                 listed(lm.get("model"), g.models), listed(lm.get("seed"), g.seeds))) if lm else set()
+    start = process_start_cpu_s()
+    per_model: dict[str, float] = {}
+    pieces = {"train steps": 0.0, "checkpoints (eval+save, extract, measure)": 0.0, "landscape": 0.0,
+              "process starts + DVC": 0.0}
+    missing = set()
+    n_runs = n_stages = 0
+    for task, level, model, seed in itertools.product(g.tasks, g.levels, g.models, g.seeds):
+        r = rows.get((task, level, model))
+        if r is None:
+            missing.add(f"{task}-{level}-{model}")
+            continue
+        hp = params.train.resolve(task, level)
+        c = r["cpu_s"]
+        n_ckpt = min(hp.n_checkpoints, hp.steps + 1)
+        cost = {"train steps": hp.steps * c["step"],
+                "checkpoints (eval+save, extract, measure)": n_ckpt * (c["ckpt"] + c["extract"] + c["measure"])}
+        stages_run = 3
+        if (task, level, model, seed) in land:
+            if "landscape" not in c:
+                missing.add(f"{task}-{level}-{model} (landscape)")
+            else:
+                cost["landscape"] = min(params.landscape.max_checkpoints or n_ckpt, n_ckpt) * c["landscape"]
+            stages_run += 1
+        cost["process starts + DVC"] = stages_run * (start + dvc_s)
+        n_runs, n_stages = n_runs + 1, n_stages + stages_run
+        for k, v in cost.items():
+            pieces[k] += v
+        per_model[model] = per_model.get(model, 0.0) + sum(cost.values())
+    if missing:
+        print(f"not measured (add them with --cells/--models): {', '.join(sorted(missing))}")
+        return 1
+    extra = (len(g.tasks) * len(g.levels) + 1) * (start + dvc_s)  # generate stages and events
+    pieces["process starts + DVC"] += extra
+    total = sum(pieces.values())
+    print(f"study {study}: {n_runs} runs ({len(g.tasks)} tasks x {len(g.levels)} levels x {len(g.models)} sizes x "
+          f"{len(g.seeds)} seeds), {n_stages} run stages, {len(land)} landscape runs; process start {start:.2f} CPU s "
+          f"+ DVC {dvc_s:.1f} s per stage")
+    for m, v in per_model.items():
+        print(f"  {m:>6}: {v:8.0f} CPU s ({100 * v / total:.0f}%)")
+    for k, v in pieces.items():
+        print(f"  {k}: {v:.0f} CPU s")
+    print(f"total {total:.0f} CPU s (events stage not included): {total / 3600:.2f} h on 1 idle core, "
+          f"{total / 7200:.2f} h on 2 idle cores with 2 stage processes at a time")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="p100k,p405k,p3m", help="comma-separated presets")
@@ -160,7 +246,12 @@ def main(argv=None) -> int:
     parser.add_argument("--no-landscape", action="store_true")
     parser.add_argument("--params", default=None)
     parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    parser.add_argument("--plan", default=None, help="a study folder: estimate its cost from --from-json, measure nothing")
+    parser.add_argument("--from-json", default="", help="comma-separated JSON files of earlier runs (--json)")
+    parser.add_argument("--dvc-s", type=float, default=1.0, help="DVC's CPU seconds per stage in --plan (default 1)")
     args = parser.parse_args(argv)
+    if args.plan:
+        return plan(Path(args.plan), [f for f in args.from_json.split(",") if f], args.dvc_s)
     params = load_typed_params(args.params)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if args.cells:

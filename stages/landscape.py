@@ -16,9 +16,20 @@ acquisition and ``landscape.after_acquisition`` checkpoints past it; a run witho
 more than ``landscape.max_checkpoints`` checkpoints (0 = no cap) they are thinned evenly in
 checkpoint index, first and last kept, so the early log-spaced checkpoints stay denser.
 
+**Following a rise to its peak** (:func:`next_steps`, :func:`peaked`). The rise measures
+(:data:`RISES`: ``hessian_top1``, ``llc``) often still climb at the window's end. While one of them
+has its largest value within the last ``landscape.follow.settle`` measured checkpoints, the stage
+measures further checkpoints past the last one, geometrically spaced (each batch: the first
+checkpoints at or past ``follow.ratio``, ``ratio^2``, ... times the last measured step, one per
+worker), until every rise has peaked, the run ends, or ``follow.extra`` more checkpoints have been
+measured (the cost budget; 0 = never follow). Every row carries ``last_checkpoint``, the run's final
+checkpoint step, so a rise cut off by the window (its maximum at the last measured checkpoint,
+before the run ends) is reported as ``truncated`` by :mod:`stages.analysis.landscape_events`, never
+as an event.
+
 **Columns** (one row per measured checkpoint):
 
-* ``run, step, test_acc, n_params``;
+* ``run, step, test_acc, n_params``, ``last_checkpoint`` (the run's final checkpoint step);
 * ``grad_erank`` and its cap ``grad_erank_cap`` = min(samples, columns of G);
 * ``gradcov_rank``, its cap ``gradcov_cap`` = samples - 1 and ``gradcov_saturated``
   (``gradcov_rank >= gradcov_cap``: the value only says "at least the cap");
@@ -31,6 +42,10 @@ checkpoint index, first and last kept, so the early log-spaced checkpoints stay 
   no blow-up), ``init_loss`` (L(w*) on the LLC sample).
 """
 from __future__ import annotations
+
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
 
 import multiprocessing
 import os
@@ -59,12 +74,16 @@ from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
 from stages.params import Events, Landscape
+from stages.numerics import warm_vector_math
 from stages.runtime import pin_threads, set_threads
 from stages.training.device import resolve_device
 from stages.training.loop import answer_loss, sequences
 
 MEASURES = ("grad_erank", "gradcov_rank", "hessian", "llc")
 PLOT_COLUMNS = ("grad_erank", "gradcov_rank", "hessian_top1", "llc")
+RISES = ("hessian_top1", "llc")  # measures that rise: followed until they peak
+
+
 def thin(steps: list[int], max_checkpoints: int) -> list[int]:
     """At most ``max_checkpoints`` of ``steps``, evenly spaced in checkpoint index (first and last
     kept, so the early log-spaced checkpoints stay denser); 0 keeps all."""
@@ -91,6 +110,35 @@ def choose_steps(steps, accuracy: dict[int, float], max_checkpoints: int, after_
     else:
         span = steps[:steps.index(acq) + after_acquisition + 1]
     return thin(span, max_checkpoints), acq
+
+
+def peaked(values, settle: int) -> bool:
+    """Has a rising series peaked: is its largest finite value followed by at least ``settle``
+    measured checkpoints? (No finite value: nothing to follow, ``True``.)"""
+    v = np.asarray(values, dtype=float)
+    finite = np.nonzero(np.isfinite(v))[0]
+    if not len(finite):
+        return True
+    top = finite[int(np.argmax(v[finite]))]
+    return len(v) - 1 - top >= settle
+
+
+def next_steps(steps, last: int, ratio: float, count: int) -> list[int]:
+    """Up to ``count`` checkpoints of ``steps`` after ``last``: the first at or past ``last x ratio^k``
+    for k = 1, 2, ... (distinct; the run's final checkpoint closes the list when a target is past it)."""
+    later = sorted(int(s) for s in steps if s > last)
+    out: list[int] = []
+    target = max(last, 1)
+    while later and len(out) < count:
+        target *= ratio
+        pick = next((s for s in later if s >= target and s not in out), None)
+        if pick is None:
+            pick = later[-1] if later[-1] not in out else None
+            if pick is not None:
+                out.append(pick)
+            break
+        out.append(pick)
+    return sorted(out)
 
 
 def measure_checkpoint(model, data: dict, prompt_len: int, p: Landscape) -> dict:
@@ -129,12 +177,13 @@ def measure_checkpoint(model, data: dict, prompt_len: int, p: Landscape) -> dict
 
 
 def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, events: Events,
-              progress: bool = True) -> pd.DataFrame:
+              progress: bool = True, portable: bool = False) -> pd.DataFrame:
     """The landscape measures (``p``: the ``landscape`` section) of run ``<task>-<level>-<model>-s<seed>``,
-    at checkpoints up to ``landscape.after_acquisition`` past acquisition (``events``' rule)."""
+    at checkpoints up to ``landscape.after_acquisition`` past acquisition (``events``' rule). ``portable``
+    (``runtime.cpu_paths: portable``): the model's vendor-exact operators (stages/models/gpt.py)."""
     rid = run_id(task, level, model_name, seed)
     if p.threads:
-        pin_threads(p.threads)
+        pin_threads(p.threads, portable)
     device = resolve_device(p.device, "landscape.device")
     ckpt_dir = paths.checkpoint_dir(rid)
     manifest = read_manifest(ckpt_dir)
@@ -150,16 +199,31 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, e
     steps, _acq = choose_steps(manifest["steps"], acc, p.max_checkpoints, p.after_acquisition,
                                events.acquisition_threshold, events.acquisition_window)
 
-    jobs = [(ckpt_dir, int(step), manifest, data, meta["prompt_len"], p, device) for step in steps]
-    workers = min(p.workers, len(jobs)) if device.type == "cpu" else 1
+    last_checkpoint = int(max(manifest["steps"]))
+
+    def job(step):
+        return (ckpt_dir, int(step), manifest, data, meta["prompt_len"], p, device, portable)
+
+    workers = min(p.workers, len(steps)) if device.type == "cpu" else 1
     rows = []
-    bar = tqdm(total=len(jobs), desc=f"landscape {rid}", disable=not progress, mininterval=2)
-    with checkpoint_map(workers, p.threads) as each:
-        for row in each(_measure_step, jobs):
-            rows.append({"run": rid, "step": row["step"], "test_acc": acc.get(row["step"], np.nan),
-                         "n_params": manifest.get("n_params"), "n_checkpoints": len(jobs), **row})
-            bar.update(1)
-            bar.set_postfix({k: f"{row[k]:.3g}" for k in PLOT_COLUMNS if k in row})
+    bar = tqdm(total=len(steps), desc=f"landscape {rid}", disable=not progress, mininterval=2)
+    with checkpoint_map(workers, p.threads, portable) as each:
+        batch, extra = list(steps), 0
+        while batch:
+            for row in each(_measure_step, [job(s) for s in batch]):
+                rows.append({"run": rid, "step": row["step"], "test_acc": acc.get(row["step"], np.nan),
+                             "n_params": manifest.get("n_params"), "last_checkpoint": last_checkpoint, **row})
+                bar.update(1)
+                bar.set_postfix({k: f"{row[k]:.3g}" for k in PLOT_COLUMNS if k in row})
+            rows.sort(key=lambda r: r["step"])
+            open_rises = [m for m in RISES if m in rows[0] and not peaked([r[m] for r in rows], p.follow.settle)]
+            room = p.follow.extra - extra
+            batch = next_steps(manifest["steps"], rows[-1]["step"], p.follow.ratio,
+                               min(max(p.workers, 1), room)) if open_rises and room > 0 else []
+            extra += len(batch)
+            bar.total += len(batch)
+    for row in rows:  # every row states how many checkpoints its table holds (a cut table is refused on read)
+        row["n_checkpoints"] = len(rows)
     bar.close()
     return pd.DataFrame(rows)
 
@@ -234,26 +298,29 @@ def _measure_step(job) -> dict:
     """One checkpoint's measures (``step`` first): the unit of work of :func:`landscape`. Every
     sample and chain is seeded by ``landscape.seed`` alone, so a checkpoint's row is the same
     whichever process measures it and in whatever order."""
-    ckpt_dir, step, manifest, data, prompt_len, p, device = job
-    model = load_model(ckpt_dir, step, manifest, device)
+    ckpt_dir, step, manifest, data, prompt_len, p, device, portable = job
+    model = load_model(ckpt_dir, step, manifest, device, portable_ops=portable)
     return {"step": step, **measure_checkpoint(model, data, prompt_len, p)}
 
 
-def _worker_threads(threads: int) -> None:
+def _worker_threads(threads: int, portable: bool = False) -> None:
     if threads:
-        pin_threads(threads)
+        pin_threads(threads, portable)
+    elif portable:
+        warm_vector_math()
 
 
 @contextmanager
-def checkpoint_map(workers: int, threads: int):
+def checkpoint_map(workers: int, threads: int, portable: bool = False):
     """A ``map`` over checkpoints: the built-in one here for one worker, else that of ``workers``
-    spawned processes on ``threads`` torch threads each (0: torch's default). Results come in order."""
+    spawned processes on ``threads`` torch threads each (0: torch's default). Results come in order.
+    The workers inherit the stage's environment (its CPU code paths, stages/runtime.py)."""
     if workers <= 1:
         yield map
         return
     # spawn: a forked child would inherit torch's OpenMP pool in a broken state
     executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_worker_threads, initargs=(threads,))
+                                   initializer=_worker_threads, initargs=(threads, portable))
     try:
         yield executor.map
     finally:
@@ -295,7 +362,8 @@ def main(argv=None) -> None:
     rid = run_id(args.task, args.level, args.model, args.seed)
     params = load_typed_params(args.params)
     set_threads(params)  # a non-zero landscape.threads overrides it inside landscape()
-    frame = landscape(args.task, args.level, args.model, args.seed, params.landscape, params.events)
+    frame = landscape(args.task, args.level, args.model, args.seed, params.landscape, params.events,
+                      portable=params.runtime.cpu_paths == "portable")
     rankme = rankme_at(read_measures(paths.measures_file(rid)), frame["step"])
     with output_set():  # both tables or neither
         write_csv(frame, paths.landscape_file(rid))

@@ -10,6 +10,10 @@ and RankMe of the last layer relative to its value at the first checkpoint).
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import numpy as np
 import pandas as pd
 import torch
@@ -31,8 +35,9 @@ from stages.runtime import set_threads
 from stages.training.device import resolve_device
 
 
-def measure(rid: str, cfg: Measures, progress: bool = True) -> pd.DataFrame:
-    """One row per (checkpoint, layer) of run ``rid``, with the ``measures`` settings ``cfg``."""
+def measure(rid: str, cfg: Measures, progress: bool = True, portable: bool = False) -> pd.DataFrame:
+    """One row per (checkpoint, layer) of run ``rid``, with the ``measures`` settings ``cfg``; ``portable``:
+    ``runtime.cpu_paths: portable`` (:func:`stages.measures.rankme.geometry`)."""
     train_fraction, probe_c, probe_iter = cfg.probe.train_fraction, cfg.probe.C, cfg.probe.max_iter
     device = resolve_device(cfg.device, "measures.device")
     chunk = cfg.rankme_chunk  # matrices per SVD call; None: default from a memory budget
@@ -48,7 +53,7 @@ def measure(rid: str, cfg: Measures, progress: bool = True) -> pd.DataFrame:
                 raise PipelineError(f"corrupt Parquet file: {hidden} (step {step} layer {l}: hidden states hold "
                                     "NaN or inf; did training diverge?)")
         stack = torch.as_tensor(np.stack([layers[l].vectors for l in order]))
-        geo = geometry(stack, device=device, chunk=chunk)
+        geo = geometry(stack, device=device, chunk=chunk, portable=portable)
         for i, l in enumerate(order):
             st = layers[l]
             mask = split_mask(st.samples, train_fraction)
@@ -69,7 +74,7 @@ def main(argv=None) -> None:
     rid = run_id(args.task, args.level, args.model, args.seed)
     params = load_typed_params(args.params)
     set_threads(params)
-    frame = measure(rid, params.measures)
+    frame = measure(rid, params.measures, portable=params.runtime.cpu_paths == "portable")
     with output_set():  # both tables or neither
         write_csv(frame, paths.measures_file(rid))
         write_csv(trajectory(frame), paths.trajectory_file(rid))

@@ -282,6 +282,7 @@ class Grid(Section):
 
 class Runtime(Section):
     threads: PosInt
+    cpu_paths: Annotated[Literal["native", "portable"], choice("native", "portable")] = "native"  # stages/runtime.py
 
 
 class Datasets(Section):
@@ -756,6 +757,13 @@ class LLC(Section):
 MIN_RECORDED_DRAWS = 8  # LLC draws after burn-in the stationarity check needs (two halves of >= 4)
 
 
+class Follow(Section):
+    """``landscape.follow``: measure past the window until every rise has peaked (stages/landscape.py)."""
+    extra: NonNegInt = 0     # at most this many checkpoints past the window (0 = never follow)
+    settle: PosInt = 2       # a rise has peaked when this many measured checkpoints follow its maximum
+    ratio: float = Field(1.5, gt=1.0)  # geometric spacing of the followed checkpoints
+
+
 class Landscape(Section):
     measures: Annotated[list[str], _list(_one_of(LANDSCAPE_MEASURES), "landscape measures")]
     device: Device
@@ -763,6 +771,7 @@ class Landscape(Section):
     workers: PosInt = 1  # processes measuring checkpoints in parallel (CPU); results do not depend on it
     max_checkpoints: NonNegInt  # 0 = no cap
     after_acquisition: NonNegInt
+    follow: Follow = Follow()
     seed: NonNegInt
     grad: Grad
     hessian: Hessian

@@ -19,6 +19,10 @@ Writes, for run ``pythia-lm-<model>``:
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import json
 
 import numpy as np
@@ -42,6 +46,7 @@ from stages.measures.rankme import geometry
 from stages.pythia import evalsets, hub, scoring
 from stages.pythia.grammar import GENERATORS
 from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
+from stages.pythia.probe_set import chance_corrected, probe_set  # noqa: F401 -- re-exported: stage and monitor share them
 from stages.pythia.settings import pythia_run_id, section
 from stages.pythia.rotary import pin_rotary
 from stages.params import Probe, Pythia
@@ -49,27 +54,6 @@ from stages.runtime import set_threads
 from stages.training.device import resolve_device
 
 hf_logging.disable_progress_bar()  # one tqdm bar per stage, not one per saved or loaded file
-
-
-def probe_set(items: pd.DataFrame, per_set: int) -> pd.DataFrame:
-    """First ``per_set`` items of every set with a context, interleaved across sets (so the probe's
-    train/test split by row mixes sets); ``label`` codes the right answer. A ``per_set`` larger than
-    a set is an error naming ``pythia.probe_per_set``, not a silently smaller probe set."""
-    with_context = items[items["context"] != ""]
-    sizes = with_context.groupby("eval_set").size()
-    if len(sizes) and per_set > sizes.min():
-        raise PipelineError(f"'pythia.probe_per_set' = {per_set} exceeds the {sizes.min()} items of evaluation set "
-                            f"'{sizes.idxmin()}' (in {EVALS_FILE}; raise 'pythia.evals.n_per_set' or lower it)")
-    probe = with_context[with_context["item"] < per_set].sort_values(["item", "eval_set"])
-    probe = probe.reset_index(drop=True)
-    answers = [c[a] for c, a in zip(probe["choices"], probe["answer"])]
-    codes = {a: i for i, a in enumerate(sorted(set(answers)))}
-    return probe.assign(label=[codes[a] for a in answers])
-
-
-def chance_corrected(accuracy, chance):
-    """``(accuracy - chance) / (1 - chance)``: 0 at chance, 1 at perfect, negative below chance."""
-    return (accuracy - chance) / (1 - chance)
 
 
 def load(manifest: dict, entry: dict, device):
@@ -92,9 +76,10 @@ def load(manifest: dict, entry: dict, device):
 
 
 def measure(model_name: str, cfg: Pythia, probe_cfg: Probe,
-            progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+            progress: bool = True, portable: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Measures and accuracies of every revision of ``model_name``, with the ``pythia`` settings ``cfg``
-    and the linear probe's ``measures.probe`` settings ``probe_cfg``."""
+    and the linear probe's ``measures.probe`` settings ``probe_cfg``; ``portable``: ``runtime.cpu_paths:
+    portable`` (:func:`stages.measures.rankme.geometry`)."""
     rid = pythia_run_id(model_name)
     which = cfg.test_acc
     if which != "mean" and which not in GENERATORS:  # the schema's list of sets is a copy of GENERATORS
@@ -138,7 +123,7 @@ def measure(model_name: str, cfg: Pythia, probe_cfg: Probe,
                 positions = np.asarray([len(tokenizer(c, add_special_tokens=False)["input_ids"])
                                         for c in probe["context"]])
                 writer.write_table(step_table(step, states, samples, positions, probe["label"].to_numpy(), sch))
-                geo = geometry(torch.as_tensor(states), device=device)
+                geo = geometry(torch.as_tensor(states), device=device, portable=portable)
                 for layer in range(len(states)):
                     rows.append({"run": rid, "step": step, "layer": layer,
                                  **{k: v[layer].item() for k, v in geo.items()},
@@ -161,7 +146,8 @@ def main(argv=None) -> None:
     set_threads(params)
     cfg = section(params, "pythia.test_acc")
     with output_set():  # the hidden states and the three tables, or none of them
-        frame, acc = measure(args.model, cfg, params.measures.probe)
+        frame, acc = measure(args.model, cfg, params.measures.probe,
+                             portable=params.runtime.cpu_paths == "portable")
         write_csv(acc, accuracy_file(rid))
         write_csv(frame, paths.measures_file(rid))
         write_csv(trajectory(frame), paths.trajectory_file(rid))

@@ -8,6 +8,10 @@ A crashed run keeps its partial directory and resumes from its last checkpoint.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import os
 import shutil
 import time
@@ -23,13 +27,13 @@ from stages.io.checkpoints import step_digests, write_manifest
 from stages.io.datasets import load_split
 from stages.io.tables import write_csv
 from stages.models import GPT, PRESETS, model_config
-from stages.numerics import in_effect
 from stages.params import Params, TrainSettings
-from stages.runtime import set_threads
+from stages.runtime import paths_record, set_threads
 from stages.tasks import LEVELS, get_task
 from stages.training.device import resolve_device
 from stages.training.live import curve_log, history_logger
 from stages.training.loop import TrainConfig, sequences, train
+from stages.training.memory import check_fits, train_bytes
 from stages.training.precision import resolve_precision
 from stages.training.schedule import checkpoint_steps
 
@@ -71,9 +75,15 @@ def run(task: str, level: str, model_name: str, seed: int, params: Params, progr
     prompt_len = meta["prompt_len"]
     cfg = model_config(model_name, meta["vocab_size"], prompt_len + meta["answer_len"] - 1, settings.dropout)
     torch.manual_seed(seed)
-    model = GPT(cfg).to(device)
+    # initialised on the CPU, as before; moved to the device once it is known to fit
+    model = GPT(cfg, portable_ops=params.runtime.cpu_paths == "portable")
     precision = resolve_precision(settings.precision, device, model.num_params(),
                                   "train.defaults.precision")
+    batch = min(settings.batch_size, len(train_p))
+    check_fits(model_name, train_bytes(model.num_params(), cfg.n_layer, cfg.d_model, cfg.n_head, cfg.block_size,
+                                       batch, meta["answer_len"], meta["vocab_size"], precision),
+               device, batch, cfg.block_size, what=f"training run {rid}")
+    model = model.to(device)
 
     out = paths.checkpoint_dir(rid)
     partial = out.with_name(f".{rid}.partial")
@@ -95,7 +105,7 @@ def run(task: str, level: str, model_name: str, seed: int, params: Params, progr
                         on_checkpoint=history_logger(log))
     manifest = {"run": rid, "task": task, "level": level, "model_name": model_name, "seed": seed, "model": cfg.to_dict(),
                 "n_params": model.num_params(), "steps": steps, "train": hp, "device": str(device),
-                "precision": precision, "cpu_paths": in_effect(),
+                "precision": precision, "cpu_paths": paths_record(params),
                 "dataset": meta, "torch": torch.__version__, "sha256": step_digests(partial, steps)}
     (partial / "run-config.json").unlink()
     write_manifest(partial, manifest)

@@ -1,5 +1,5 @@
-import stages  # noqa: F401  first: pins the CPU code paths before numpy loads (stages/numerics.py)
 import copy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -35,3 +35,66 @@ def workdir(tmp_path, monkeypatch, repo_params):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# --- one tiny trained run, built once per session ----------------------------------------------------
+# Training, extraction and measuring cost seconds each; many tests need a trained or measured run as their
+# starting point and none of them tests how it was built beyond what test_pipeline.py asserts. These
+# session fixtures run the stage mains once, in a directory of their own with the same tiny params.yaml as
+# `workdir`; each test then gets its own copy of the outputs (a test may change or delete them freely).
+TINY_RUN = "copy-easy-p405k-s0"
+TINY_DATA = ["--task", "copy", "--level", "easy"]
+TINY_ARGS = [*TINY_DATA, "--model", "p405k", "--seed", "0"]
+STAGE_OUTPUTS = ("data", "dvclive", "plots", "metrics")
+
+
+def _build(root: Path, params: dict, steps, start: Path | None = None) -> Path:
+    if start is not None:
+        shutil.copytree(start, root)
+    else:
+        root.mkdir(parents=True)
+        (root / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        for step in steps:
+            step()
+    return root
+
+
+@pytest.fixture(scope="session")
+def trained_tree(tmp_path_factory, repo_params) -> Path:
+    """A directory holding the outputs of ``generate`` and ``train`` for TINY_RUN (tiny params)."""
+    from stages import generate, train
+
+    return _build(tmp_path_factory.mktemp("cache") / "trained", tiny_params(repo_params),
+                  [lambda: generate.main(TINY_DATA), lambda: train.main(TINY_ARGS)])
+
+
+@pytest.fixture(scope="session")
+def measured_tree(tmp_path_factory, repo_params, trained_tree) -> Path:
+    """``trained_tree`` plus the outputs of ``extract`` and ``measure`` for TINY_RUN."""
+    from stages import extract, measure
+
+    return _build(tmp_path_factory.mktemp("cache") / "measured", None,
+                  [lambda: extract.main(TINY_ARGS), lambda: measure.main(TINY_ARGS)], start=trained_tree)
+
+
+def copy_outputs(tree: Path, dest: Path) -> Path:
+    """The stage outputs under ``tree`` copied into ``dest`` (whose params.yaml must be the tree's)."""
+    assert (dest / "params.yaml").read_text() == (tree / "params.yaml").read_text(), "params differ from the cache's"
+    for name in STAGE_OUTPUTS:
+        if (tree / name).exists():
+            shutil.copytree(tree / name, dest / name)
+    return dest
+
+
+@pytest.fixture
+def trained_workdir(workdir, trained_tree) -> Path:
+    """``workdir`` with TINY_RUN generated and trained (a fresh copy for each test)."""
+    return copy_outputs(trained_tree, workdir)
+
+
+@pytest.fixture
+def measured_workdir(workdir, measured_tree) -> Path:
+    """``workdir`` with TINY_RUN generated, trained, extracted and measured (a fresh copy for each test)."""
+    return copy_outputs(measured_tree, workdir)

@@ -14,7 +14,7 @@ from stages.errors import PipelineError
 
 @pytest.fixture(scope="module")
 def repo_dag():
-    return parse_dot(dag.run_dvc(ROOT, "dag", "--dot"))
+    return parse_dot(dag.run_dvc(ROOT, "dag", "--dot", dag.PIPELINE))
 
 
 def test_dot_of_this_repo(repo_dag):

@@ -74,7 +74,7 @@ def test_peak_table(gc, name, tflops):
 def test_flop_count_estimate_of_the_full_grid(gc, capsys):
     params = gc.Params(None)
     tasks, levels = list(gc.TASK_NAMES), list(gc.LEVELS)
-    result = gc.estimate(params, torch.device("cpu"), "fp32", None, 0, list(gc.MODEL_NAMES), tasks, levels,
+    result = gc.estimate(params, torch.device("cpu"), "fp32", None, 0, list(gc.PAPER_SIZES), tasks, levels,
                          989e12, 1)
     out = capsys.readouterr().out
     assert result["n_runs"] == 144 and "= 144 runs" in out
@@ -107,3 +107,16 @@ def test_bad_preset_from_the_command_line():
     assert proc.returncode != 0
     assert proc.stdout == ""
     assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: unknown preset 'p999'")
+
+
+def test_a_size_that_does_not_fit_stops_before_training(gc, capsys, monkeypatch):
+    from stages.training import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 2**20)  # 1 MiB free
+    assert gc.main(["--device", "cpu", "--quick", "--no-estimate"]) == 2
+    captured = capsys.readouterr()
+    assert "steps/s" not in captured.out and "tokens/s" not in captured.out  # nothing trained
+    err = captured.err.strip()
+    assert "\n" not in err and err.startswith("error: model 'p405k' does not fit cpu: training on mod-hard (fp32) "
+                                              "needs an estimated ")
+    assert err.endswith(", 0.00 GiB free; use smaller grid.models or train.defaults.batch_size")

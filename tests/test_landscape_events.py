@@ -180,3 +180,38 @@ def test_thin_keeps_ends_and_early_density():
     chosen = thin(steps, 4)
     assert chosen[0] == 0 and chosen[-1] == 100 and len(chosen) == 4
     assert thin(steps, 1) == [0]
+
+
+# --- following a rise to its peak (stages.landscape.peaked / next_steps) and truncation --------------
+
+def test_peaked_needs_settle_checkpoints_after_the_maximum():
+    from stages.landscape import peaked
+
+    assert peaked([1, 2, 3, 2, 2], settle=2) and not peaked([1, 2, 3, 2], settle=2)
+    assert not peaked([1, 2, 3], settle=1) and peaked([1, 3, 3], settle=1)  # a plateau has peaked
+    assert peaked([np.nan, np.nan], settle=2)  # nothing to follow
+
+
+def test_next_steps_are_geometric_past_the_last_and_end_at_the_run_end():
+    from stages.landscape import next_steps
+
+    assert next_steps(CKPTS, 16, ratio=1.5, count=2) == [24, 48]  # targets 24, 36 -> 24, 48
+    assert next_steps(CKPTS, 64, ratio=1.5, count=3) == [96, 128]  # 96; 144 is past the end: the last
+    assert next_steps(CKPTS, 128, ratio=1.5, count=2) == []
+    assert next_steps(CKPTS, 0, ratio=2.0, count=1) == [2]
+
+
+def test_a_rise_cut_off_by_the_window_is_truncated_never_an_event():
+    climbing = np.linspace(1.0, 3.0, len(STEPS))  # still rising at the last measured checkpoint
+    frame = pd.DataFrame({"step": STEPS, "llc": climbing, "llc_std": 0.01, "last_checkpoint": 400})
+    out = run_measures(frame, {"llc": "rise"}, 150, RULES, P)["llc"]
+    assert out["status"] == "truncated" and out["transition_step"] is None and out["precursor"] is None
+    assert out["lead_fraction"] is None
+    # the same rise measured to the run's end: its half-rise is an event (the run ended, not the window)
+    ended = run_measures(frame.assign(last_checkpoint=200), {"llc": "rise"}, 150, RULES, P)["llc"]
+    assert ended["status"] == "found" and ended["transition_step"] == 100
+    # a table without last_checkpoint (before the stage wrote it) counts as cut off
+    assert run_measures(frame.drop(columns="last_checkpoint"), {"llc": "rise"}, 150, RULES, P)["llc"]["status"] == "truncated"
+    # a rise that peaked inside the window is an event
+    peaked_ = frame.assign(llc=np.r_[climbing[:15], climbing[14] - np.arange(1, 7) * 0.01])
+    assert run_measures(peaked_, {"llc": "rise"}, 150, RULES, P)["llc"]["status"] == "found"

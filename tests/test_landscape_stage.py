@@ -8,11 +8,13 @@ import pytest
 import torch
 import yaml
 
-from stages import extract, generate, landscape, measure, train
+from stages import landscape
 from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.config import load_params, load_typed_params
 from stages.errors import PipelineError
+from stages.io.checkpoints import listed_steps
+from stages.landscape import next_steps, peaked
 from stages.params import validate_params
 
 RUN = ["--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"]
@@ -20,7 +22,8 @@ RID = "copy-easy-p405k-s0"  # tiny training: checkpoints 0, 2, 4, 6, 9, 12
 
 
 def small_landscape(params: dict) -> dict:
-    params["landscape"].update(max_checkpoints=3, after_acquisition=1, device="cpu", threads=1)
+    params["landscape"].update(max_checkpoints=3, after_acquisition=1, device="cpu", threads=1,
+                               follow={"extra": 0, "settle": 2, "ratio": 1.5})
     params["landscape"]["grad"].update(samples=8, chunk=8)
     params["landscape"]["hessian"].update(samples=8, k=2, maxiter=5, repeats=2)
     params["landscape"]["llc"].update(samples=32, batch_size=8, chains=2, draws=10, burn_in=2)
@@ -37,14 +40,12 @@ def one_thread():
 
 
 @pytest.fixture
-def tiny_run(workdir, one_thread):
+def tiny_run(measured_workdir, one_thread):
+    """The tiny run trained and measured (tests/conftest.py; the landscape plot table draws RankMe beside
+    the landscape measures), with small landscape settings."""
     params = small_landscape(load_params())
-    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
-    generate.main(["--task", "copy", "--level", "easy"])
-    train.main(RUN)
-    extract.main(RUN)
-    measure.main(RUN)  # the landscape plot table draws RankMe beside the landscape measures
-    return workdir
+    (measured_workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    return measured_workdir
 
 
 def set_accuracy(workdir, acquired_from: int | None) -> None:
@@ -109,6 +110,17 @@ def test_stage_measures_up_to_acquisition_and_a_margin(tiny_run):
     frame = pd.read_csv(tiny_run / f"data/landscape/{RID}.csv")
     assert frame["step"].tolist() == [0, 4, 6]
     assert frame["test_acc"].tolist() == [0.0, 1.0, 1.0]
+    last = frame["last_checkpoint"].iloc[0]
+    assert (frame["last_checkpoint"] == last).all() and last > 6  # the run goes on past the window
+    # following the rises: at most `extra` more checkpoints, geometrically past the window's last
+    params = yaml.safe_load((tiny_run / "params.yaml").read_text())
+    params["landscape"]["follow"]["extra"] = 1
+    (tiny_run / "params.yaml").write_text(yaml.safe_dump(params))
+    landscape.main(RUN)
+    followed = pd.read_csv(tiny_run / f"data/landscape/{RID}.csv")
+    rises_open = not all(peaked(frame[m], 2) for m in ("llc", "hessian_top1"))
+    expected = [0, 4, 6] + (next_steps(listed_steps(tiny_run / f"data/checkpoints/{RID}"), 6, 1.5, 1) if rises_open else [])
+    assert followed["step"].tolist() == expected
 
 
 @pytest.mark.parametrize("key,value,message", [

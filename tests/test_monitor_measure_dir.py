@@ -22,6 +22,7 @@ from stages.measures.rankme import geometry
 from stages.monitor import measure_dir
 from stages.pythia import local_hub
 
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 COLUMNS = ["run", "step", "layer", "rankme", "rankme_centred", "mean_dominance", "varies", "probe_acc", "test_acc",
            "n_params"]
 
@@ -265,3 +266,92 @@ def test_checkpoint_discovery_and_stability(tmp_path):
     assert stability.stable(ck, now=1.0)
     (named / "model.safetensors").write_bytes(b"x")  # a new file: the clock starts again
     assert not stability.stable(ck, now=1.5) and stability.stable(ck, now=2.5)
+
+
+def project_run(root, params, steps=(0, 3)):
+    """One of this project's run folders (step_XXXXXXX.safetensors + manifest.json) of a tiny GPT
+    trained a few steps on copy-easy, and its dataset folder."""
+    from stages.config import load_typed_params
+    from stages.io.checkpoints import save_state, step_digests, step_file, write_manifest
+    from stages.io.datasets import write_dataset
+    from stages.models import GPT, GPTConfig
+    from stages.tasks import build_dataset
+    from stages.training.loop import make_optimizer, sequences, update
+
+    p = load_typed_params(params)
+    ds = build_dataset("copy", "easy", p.tasks.knobs("copy", "easy"), p.datasets.seed, p.datasets.n_train,
+                       p.datasets.n_test)
+    write_dataset(ds, root / "datasets" / "copy-easy")
+    prompt_len = ds.train_prompt.shape[1]
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=ds.vocab_size, block_size=prompt_len + ds.train_answer.shape[1], n_layer=2, n_head=2,
+                    d_model=16)
+    model = GPT(cfg)
+    opt = make_optimizer(model, 1e-2, 0.0, (0.9, 0.99))
+    run_dir = root / "checkpoints" / "copy-easy-tiny-s0"
+    run_dir.mkdir(parents=True)
+    seq = sequences(ds.train_prompt, ds.train_answer, "cpu")
+    for step in range(max(steps) + 1):
+        if step in steps:
+            save_state(model, step_file(run_dir, step))
+        update(model, opt, seq[:32], prompt_len, 1.0)
+    write_manifest(run_dir, {"run": run_dir.name, "task": "copy", "level": "easy", "model": cfg.to_dict(),
+                             "n_params": model.num_params(), "steps": list(steps),
+                             "sha256": step_digests(run_dir, steps)})
+    return run_dir, root / "datasets" / "copy-easy", ds
+
+
+def test_a_project_run_folder_is_measured_as_extract_and_measure_do(tmp_path):
+    from stages.io.checkpoints import load_model
+    from stages.training.loop import evaluate, sequences
+
+    params = ROOT / "params.yaml"
+    run_dir, dataset, ds = project_run(tmp_path, params)
+    out = tmp_path / "measured"
+    assert run(run_dir, "--dataset", dataset, "--probe-size", 24, "--out", out, "--device", "cpu",
+               "--params", params) == 0
+    frame = read_measures(out / "measures" / "copy-easy-tiny-s0.csv")
+    assert frame["step"].unique().tolist() == [0, 3] and frame["layer"].unique().tolist() == [0, 1, 2]
+    prompt_len = ds.test_prompt.shape[1]
+    seq = sequences(ds.test_prompt, ds.test_answer, "cpu")
+    model = load_model(run_dir, 3)
+    with torch.no_grad():
+        _, hidden = model(seq[:24, :-1], hidden_states=True)
+    expected = geometry(torch.stack([h[:, prompt_len - 1] for h in hidden]).float())
+    got = frame[frame["step"] == 3].sort_values("layer")
+    np.testing.assert_allclose(got["rankme"], expected["rankme"], rtol=1e-5)
+    assert got["test_acc"].iloc[0] == evaluate(model, seq, prompt_len, 64)[1]
+    # without --dataset and no data/datasets here: generated from params.yaml, the same numbers
+    again = tmp_path / "again"
+    assert run(run_dir, "--probe-size", 24, "--out", again, "--device", "cpu", "--params", params) == 0
+    pd.testing.assert_frame_equal(read_measures(again / "measures" / "copy-easy-tiny-s0.csv"), frame)
+
+
+def test_bad_project_input_is_one_line(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    expect_error(capsys, empty, "--out", tmp_path / "o", "--device", "cpu", "--probe", ROOT / "README.md",
+                 match="step_*.safetensors with manifest.json")
+    run_dir, dataset, _ = project_run(tmp_path, ROOT / "params.yaml", steps=(0,))
+    (run_dir / "step_0000000.safetensors").write_bytes(b"not safetensors")
+    line = expect_error(capsys, run_dir, "--dataset", dataset, "--probe-size", 8, "--out", tmp_path / "o", "--device",
+                        "cpu", match="step_0000000.safetensors")
+    assert "corrupt checkpoint" in line
+    expect_error(capsys, run_dir, "--dataset", tmp_path / "nowhere", "--out", tmp_path / "o", "--device", "cpu",
+                 match=f"missing dataset: {tmp_path / 'nowhere' / 'test.parquet'}")
+
+
+def test_the_monitor_imports_library_code_only():
+    """No module run as a pipeline stage (dvc.yaml's ``python -m stages.X``) is imported by the monitor."""
+    import re
+    import subprocess
+    import sys
+
+    stage_modules = sorted(set(re.findall(r"python -m (stages\.[\w.]+)", (ROOT / "dvc.yaml").read_text())))
+    assert "stages.events" in stage_modules and "stages.pythia_measure" in stage_modules
+    code = ("import sys; import stages.monitor, stages.monitor.callback, stages.monitor.measure_dir; "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('stages.'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                            check=True).stdout.split()
+    assert "stages.monitor.callback" in loaded
+    assert not set(loaded) & set(stage_modules)

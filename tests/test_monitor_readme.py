@@ -35,12 +35,21 @@ def test_readme_examples_run(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "collapse of rankme_centred layer 2" in out
     commands = [line.split("#")[0].strip() for code in blocks("bash") for line in code.splitlines()
-                if line.startswith("python -m stages.monitor.measure_dir")]
+                if line.startswith("rankme-monitor ")]
     assert commands
-    for command in commands:
-        assert measure_dir.main(shlex.split(command)[3:]) == 0
+    for command in commands:  # the console entry point pyproject.toml names
+        assert measure_dir.main(shlex.split(command)[1:]) == 0
     frame = pd.read_csv(tmp_path / "monitor-demo" / "measured" / "measures" / "monitor-demo.csv")
-    assert frame["step"].unique().tolist() == [20, 40]
+    assert frame["step"].unique().tolist() == [50, 100]
+
+
+def test_the_console_entry_point_and_the_trainer_extra_are_declared():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["rankme-monitor"] == "stages.monitor.measure_dir:main"
+    assert any(r.replace(" ", "").startswith("accelerate>=1.1") for r in project["optional-dependencies"]["trainer"])
+    assert '".[trainer]"' in section()
 
 
 def test_warning_benchmark_runs_on_real_tables(tmp_path):

@@ -92,7 +92,7 @@ def test_run_template_symlog_step_distinct_colours_and_event_rules():
     assert spec["resolve"]["scale"]["color"] == "independent"  # event colours are not series colours
 
 
-@pytest.mark.parametrize("name", ["landscape", "curve"])
+@pytest.mark.parametrize("name", ["landscape", "curves"])
 def test_other_step_charts_are_symlog(name):
     x = [l["encoding"]["x"] for l in layers(template(name)) if "x" in l.get("encoding", {})]
     assert x and all(e["field"] == "<DVC_METRIC_X>" and e["scale"]["type"] == "symlog" for e in x)
@@ -146,7 +146,12 @@ def test_dvc_yaml_declares_every_chart_once():
     plots = top_level_plots()
     runs = plots["plots/runs"]
     assert runs["template"] == "run" and runs["x"] == "step" and runs["y"] == "value"
-    assert plots["dvclive"]["template"] == "curve" and plots["dvclive"]["x"] == "step"
+    # DVCLive curves: one chart per metric, a line per run (stage plot_pages stacks them); no lr chart
+    assert "dvclive" not in plots
+    curves = {k: v for k, v in plots.items() if k.startswith("plots/curves/")}
+    assert curves and all(v["template"] == "curves" and v["x"] == "step" for v in curves.values())
+    assert not any("lr" in k for k in curves)
+    assert list(plots)[:2] == ["plots/aligned/runs.csv", "plots/aligned/levels.csv"]  # the result first
     assert plots["plots/landscape"]["template"] == "landscape"
     assert not any(k == "plots/trajectories" or k.startswith("plots/trajectories/") for k in plots)
     for name, stage in dvc_yaml()["stages"].items():
@@ -203,18 +208,16 @@ def plots_repo(tmp_path_factory):
     shutil.copytree(TEMPLATES, repo / ".dvc" / "plots", dirs_exist_ok=True)
     shutil.copytree(PAGE.parent, repo / ".dvc" / "plots_html")
     shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
-    keep = {"plots/runs", "dvclive", "plots/landscape"}
+    keep = {"plots/runs", "plots/curves/test_acc.csv", "plots/landscape"}
     plots = [e for e in dvc_yaml()["plots"] if isinstance(e, dict) and next(iter(e)) in keep]
     (repo / "dvc.yaml").write_text(yaml.safe_dump({"plots": plots}, sort_keys=False))
     traj = trajectory()
     (repo / "plots" / "runs").mkdir(parents=True)
     run_plot_table(traj, {"collapse": 1, "recovery": 8, "acquisition": 32}).to_csv(
         repo / "plots" / "runs" / f"{RUN}.csv", index=False)
-    metrics = repo / "dvclive" / RUN / "plots" / "metrics"
-    (metrics / "test").mkdir(parents=True)
-    (metrics / "test" / "acc.tsv").write_text("step\tacc\n" + "".join(f"{s}\t{a}\n" for s, a in
-                                                                      zip(traj["step"], traj["test_acc"])))
-    (metrics / "lr.tsv").write_text("step\tlr\n" + "".join(f"{s}\t0.001\n" for s in traj["step"]))
+    (repo / "plots" / "curves").mkdir(parents=True)
+    pd.DataFrame({"run": RUN, "step": traj["step"], "value": traj["test_acc"]}).to_csv(
+        repo / "plots" / "curves" / "test_acc.csv", index=False)
     (repo / "plots" / "landscape").mkdir(parents=True)
     pd.DataFrame({"step": list(traj["step"]) * 2, "measure": ["llc"] * len(traj) + ["test_acc"] * len(traj),
                   "value": list(np.linspace(0, 5, len(traj))) + list(traj["test_acc"]),
@@ -228,8 +231,7 @@ def test_dvc_fills_the_run_chart(plots_repo):
     out = subprocess.run([exe, "plots", "show", "--json"], cwd=repo, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)["data"]
-    assert set(data) == {f"plots/runs/{RUN}.csv", f"dvclive/{RUN}/plots/metrics/test/acc.tsv",
-                         f"dvclive/{RUN}/plots/metrics/lr.tsv", f"plots/landscape/{RUN}.csv"}
+    assert set(data) == {f"plots/runs/{RUN}.csv", "plots/curves/test_acc.csv", f"plots/landscape/{RUN}.csv"}
     spec = data[f"plots/runs/{RUN}.csv"][0]["content"]
     line, rule = spec["layer"][0], spec["layer"][1]
     assert line["encoding"]["x"]["field"] == "step" and line["encoding"]["y"]["field"] == "value"
@@ -253,7 +255,7 @@ def test_rendered_page_draws_every_chart_offline(plots_repo, tmp_path):
     html = page.read_text(encoding="utf-8")
     assert "cdn.jsdelivr" not in html and "/* vega.min.js */" in html
     ids = re.findall(r'<div id = "([^"]+)">', html)
-    assert len(ids) == 4
+    assert len(ids) == 3
     result = subprocess.run(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
          "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0",
@@ -268,3 +270,45 @@ def test_rendered_page_draws_every_chart_offline(plots_repo, tmp_path):
         following = [dom.find(f'id="{other}"', start + 1) for other in ids if other != plot_id]
         end = min([i for i in following if i > start] or [len(dom)])
         assert "<canvas" in dom[start:end], f"chart {plot_id} drew nothing"
+
+
+# --- the page's first charts: aligned at acquisition, per level; DVCLive curves stacked ------------------
+
+def test_aligned_table_known_answer():
+    from stages.analysis.plot_tables import aligned_table
+
+    traj = trajectory(steps=(0, 5, 10, 20))
+    runs = [{"run": "a", "task": "copy", "level": "easy", "seed": 0, "trajectory": traj, "acquisition": 10},
+            {"run": "b", "task": "copy", "level": "easy", "seed": 1, "trajectory": traj, "acquisition": None}]
+    table = aligned_table(runs)
+    assert set(table["run"]) == {"a"}  # the run that never acquires is left out
+    acc = table[table["measure"] == SERIES["test_acc"]]
+    assert acc["aligned_step"].tolist() == [-10, -5, 0, 10]
+    assert acc["relative_step"].tolist() == [0.0, 0.5, 1.0, 2.0]
+    assert np.allclose(acc["value"], traj["test_acc"]) and (table["config"] == "copy easy").all()
+
+
+def test_level_summary_median_and_range_without_extrapolation():
+    from stages.analysis.plot_tables import aligned_table, level_summary
+
+    def run(name, acq, values):
+        traj = pd.DataFrame({"step": [0, acq, 2 * acq], "test_acc": values})
+        return {"run": name, "task": "mod", "level": "hard", "seed": 0, "trajectory": traj, "acquisition": acq}
+
+    aligned = aligned_table([run("a", 10, [0.0, 0.5, 1.0]), run("b", 20, [0.2, 0.6, 0.8]),
+                             run("c", 40, [0.1, 0.4, 0.9])])
+    summary = level_summary(aligned, grid=(0.0, 0.5, 1.0, 2.0, 2.5)).set_index("relative_step")
+    assert summary.loc[0.5, ["median", "low", "high", "runs"]].tolist() == pytest.approx([0.25, 0.25, 0.4, 3])
+    assert summary.loc[1.0, ["median", "low", "high"]].tolist() == pytest.approx([0.5, 0.4, 0.6])
+    assert summary.loc[2.0, "median"] == pytest.approx(0.9) and 2.5 not in summary.index  # no run reaches 2.5
+
+
+def test_curves_table_stacks_runs():
+    from stages.analysis.plot_tables import curves_table
+
+    a = pd.DataFrame({"step": [0, 1], "acc": [0.1, 0.2]})
+    b = pd.DataFrame({"step": [0, 2], "acc": [0.3, 0.4], "timestamp": [5, 6]})
+    table = curves_table({"b": b, "a": a}, "test/acc")
+    assert table.values.tolist() == [["a", 0, 0.1], ["a", 1, 0.2], ["b", 0, 0.3], ["b", 2, 0.4]]
+    with pytest.raises(ValueError, match="one value column"):
+        curves_table({"a": a.assign(other=1)}, "test/acc")

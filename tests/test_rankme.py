@@ -42,6 +42,9 @@ def test_batched_matches_single_and_torch():
     batched = rankme_batched(torch.as_tensor(stack)).numpy()
     single = [rankme(torch.as_tensor(m)) for m in stack]
     assert np.allclose(batched, single, rtol=1e-4)
+    # portable mode's product of powers (runtime.cpu_paths): the same entropy to float64 rounding
+    portable = rankme_batched(torch.as_tensor(stack), portable=True).numpy()
+    assert np.allclose(portable, batched, rtol=1e-12, atol=0)
 
 
 def test_zero_matrix_is_rank_one_not_nan():

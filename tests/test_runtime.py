@@ -55,10 +55,12 @@ def test_paths_warning_follows_the_output_and_not_bad_input(keep_threads, repo_p
     from stages.errors import main_guard
 
     monkeypatch.setattr(stages.runtime, "mismatches", lambda effect, pinned: ["torch computes on AVX512, not AVX2"])
+    monkeypatch.setattr(stages.runtime, "pinned_environment", lambda: {"MKL_CBWR": "COMPATIBLE"})
+    portable = {"threads": 1, "cpu_paths": "portable"}
 
     @main_guard
     def main():
-        set_threads(with_runtime(repo_params, {"threads": 1}))
+        set_threads(with_runtime(repo_params, portable))
         print("computed", file=sys.stderr)
         if fails:
             raise PipelineError("missing table: data/x.csv")
@@ -70,21 +72,31 @@ def test_paths_warning_follows_the_output_and_not_bad_input(keep_threads, repo_p
     else:
         main()
         assert capsys.readouterr().err == f"computed\n{PATHS_WARNING}\n"
-    set_threads(with_runtime(repo_params, {"threads": 1}))  # outside a stage's main: at once
+    set_threads(with_runtime(repo_params, portable))  # outside a stage's main: at once
     assert capsys.readouterr().err == f"{PATHS_WARNING}\n"
+    set_threads(with_runtime(repo_params, {"threads": 1}))  # native: no paths are expected, nothing said
+    assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("runtime", [..., {}, {"threads": 0}, {"threads": -2}, {"threads": "2"}, {"threads": 1.5},
+@pytest.mark.parametrize("runtime", [..., {}, {"threads": 0}, {"threads": 2, "cpu_paths": "fast"},
+                                     {"threads": 2, "cpu_paths": None}, {"threads": -2}, {"threads": "2"}, {"threads": 1.5},
                                      {"threads": True}, {"threads": None}])
 def test_bad_threads_are_named(keep_threads, repo_params, runtime):
     """The schema checks ``runtime.threads`` when a stage loads params.yaml, before set_threads runs."""
-    with pytest.raises(PipelineError, match="runtime.threads|'runtime'"):
+    with pytest.raises(PipelineError, match="runtime.threads|runtime.cpu_paths|'runtime'"):
         with_runtime(repo_params, runtime)
+
+
+def test_bad_cpu_paths_is_one_line_naming_the_choices(repo_params):
+    with pytest.raises(PipelineError) as err:
+        with_runtime(repo_params, {"threads": 2, "cpu_paths": "fast"})
+    assert str(err.value) == "params.yaml: unknown runtime.cpu_paths 'fast' (choose from: native, portable)"
 
 
 def test_params_yaml_sets_it(repo_params):
     threads = repo_params["runtime"]["threads"]
     assert isinstance(threads, int) and threads > 0
+    assert repo_params["runtime"]["cpu_paths"] == "native"  # fast by default; portable for audits
     assert list(repo_params).index("runtime") <= 2  # near the top, with the grid
 
 
@@ -131,7 +143,7 @@ def test_check_reproducible_script_is_valid_bash():
     assert script.stat().st_mode & 0o111
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
-    assert "git clone" in text and "git status --porcelain dvc.lock metrics plots" in text and "Main job" in text
+    assert "git clone" in text and "scripts/compare_results.py" in text and "Main job" in text
 
 
 def test_rerun_outcomes_script_checks_its_arguments():

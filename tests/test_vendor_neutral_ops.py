@@ -57,3 +57,39 @@ def test_per_example_gradients_under_vmap():
     x = torch.randn(3, 8, generator=g, requires_grad=True)
     per_row = torch.func.vmap(torch.func.grad(lambda r: gelu(r).sum()))(x.detach())
     assert torch.equal(per_row, torch.autograd.grad(F.gelu(x).sum(), x)[0])
+
+
+def test_the_model_picks_its_operators_by_mode():
+    """Native (``GPT(cfg)``): torch's stock GELU and cross-entropy. Portable (``portable_ops=True``): the
+    ones above. The same weights, the same training update to the bit, and Hessian-vector products equal
+    to float rounding."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from stages.models import vendor_neutral_ops
+    from stages.models.gpt import GPT, GPTConfig
+    from stages.training.loop import answer_loss, make_optimizer, update
+
+    cfg = GPTConfig(vocab_size=19, block_size=16, n_layer=2, n_head=4, d_model=32)
+    models = []
+    for portable in (False, True):
+        torch.manual_seed(0)
+        models.append(GPT(cfg, portable_ops=portable))
+    native, portable = models
+    assert type(native.blocks[0].mlp[1]) is torch.nn.GELU
+    assert type(portable.blocks[0].mlp[1]) is vendor_neutral_ops.GELU
+    batch = torch.randint(0, 19, (8, 16), generator=torch.Generator().manual_seed(1))
+    for model in models:
+        opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.98))
+        update(model, opt, batch, 8, 1.0)
+    for (name, a), (_, b) in zip(native.state_dict().items(), portable.state_dict().items()):
+        assert torch.equal(a, b), name
+    v = [torch.randn(p.shape, generator=torch.Generator().manual_seed(2)) for p in native.parameters()]
+
+    def hvp_of(model):
+        params = list(model.parameters())
+        with sdpa_kernel(SDPBackend.MATH):  # as stages/measures/hessian.py: fused attention has no double backward
+            grads = torch.autograd.grad(answer_loss(model, batch, 8), params, create_graph=True)
+            return torch.autograd.grad(sum((g * w).sum() for g, w in zip(grads, v)), params)
+
+    for a, b in zip(hvp_of(native), hvp_of(portable)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -108,7 +108,7 @@ def event_rows(cells, models=(("p405k", 405_000),), acq=None, rec=None, seeds=1,
                                  "floor_step": 4, "floor_mean_dominance": 0.999, "floor_rankme_centred": 50.0,
                                  "precursor": None if a is None else (r is not None and r < a / 2),
                                  "lead_fraction": None, "top_down": False, "order": "simultaneous",
-                                 "varying_layers": 2})
+                                 "varying_layers": 2, "first_update_mean_dominance": 0.99 - 0.001 * i})
     return pd.DataFrame(rows)
 
 
@@ -131,7 +131,7 @@ def test_one_model_size_cross_scale_not_measurable_and_groupings():
     cells = [("mod", "hard"), ("copy", "hard"), ("mod", "easy"), ("copy", "easy")]
     rows = event_rows(cells, acq={"p405k": [300, 30, 100, 15]}, rec={"p405k": [50, 40, 30, 20]}, seeds=3)
     t = table(rows)
-    assert set(t["verdict"]) <= set(V.VERDICTS)
+    assert set(t["verdict"]) <= {*V.VERDICTS, V.NO_CLAIM}
     # by level: hard = mod-hard (precursor) + copy-hard (not): 3/6; by class: hard tasks = mod: 6/6
     r = row(t, "precursor", "level hard", "centred RankMe")
     assert (r["this_run"].split(" [")[0], r["n"]) == ("3/6 = 50%", "2 configs, 6 runs")
@@ -149,9 +149,11 @@ def test_one_model_size_cross_scale_not_measurable_and_groupings():
     md = markdown(t)
     assert "not measurable (needs two model sizes" in md and "Clopper-Pearson" in md and "Verdicts: " in md
     summary = summary_metrics(t, rows, "rankme_centred")
-    assert summary["precursor_hard_tasks"] == 1.0 and summary["precursor_hard_level"] == 0.5
+    assert summary["precursor_hard_cls"] == 1.0 and summary["precursor_hard_lvl"] == 0.5
     assert summary["runs"] == summary["acquired_runs"] == 12
-    assert sum(summary[k.replace(" ", "_")] for k in V.VERDICTS) == len(t)
+    assert sum(summary[k.replace(" ", "_")] for k in V.VERDICTS) == int(t["verdict"].isin(V.VERDICTS).sum())
+    shift = row(t, "first-update mean shift (p405k)")
+    assert shift["verdict"] == V.NO_CLAIM and shift["this_run"].startswith("0.9")
 
 
 def test_missing_inputs_are_not_measurable_never_a_number():
@@ -161,7 +163,7 @@ def test_missing_inputs_are_not_measurable_never_a_number():
     r = row(t, "precursor", "level hard", "centred RankMe")
     assert r["verdict"] == V.NOT_MEASURABLE and r["this_run"] == "-" and "level hard" in r["needs"]
     assert row(t, "LLC is not a precursor")["verdict"] == V.NOT_MEASURABLE
-    assert summary_metrics(t, rows, "rankme_centred")["precursor_hard_level"] == "n/a"
+    assert summary_metrics(t, rows, "rankme_centred")["precursor_hard_lvl"] == "n/a"
 
 
 NINE = [(f"t{i}", "hard") for i in range(9)]  # 36 within-level pairs: one short of 37
@@ -177,6 +179,15 @@ def test_two_sizes_rho_consistent_concordance_needs_pairs():
     assert conc["verdict"] == V.NOT_MEASURABLE and "37 within-class pairs" in conc["needs"] and "has 36" in conc["needs"]
     rev = row(t, "prediction when task order reverses")
     assert rev["verdict"] == V.NOT_MEASURABLE and "has 0" in rev["needs"]  # no order reverses
+
+
+def test_cells_absent_at_a_size_are_named():
+    acq = {"p405k": [10 * (i + 1) for i in range(9)], "p3m": [20 * (i + 1) for i in range(8)] + [None]}
+    rows = event_rows(NINE, models=(("p405k", 405_000), ("p3m", 3_000_000)), acq=acq, rec=acq)
+    t = table(rows)
+    rho = row(t, "cross-scale rho of acquisition_step")
+    assert rho["n"] == "8 cells" and rho["grouping"] == "8 task x level cells"
+    assert "absent at p3m: 1 (t8-hard)" in rho["how"]
 
 
 def test_two_sizes_reversed_order_not_reproduced_and_concordance_measured():
@@ -198,7 +209,10 @@ def test_three_sizes_compare_smallest_with_largest():
     rows = event_rows(NINE, models=(("b", 3_000_000), ("a", 405_000), ("c", 11_000_000)), acq=acq, rec=acq)
     t = table(rows)
     rhos = t[t["claim"].str.startswith("cross-scale rho")]
-    assert len(rhos) == 3 and rhos["claim"].str.endswith("(a vs c)").all()
+    assert len(rhos) == 9  # every pair of sizes, ordered by parameter count
+    assert [c.split("(")[-1] for c in rhos["claim"][::3]] == ["a vs b)", "a vs c)", "b vs c)"]
+    conc = t[t["claim"].str.startswith("timing concordance, all pairs")]
+    assert len(conc) == 3 and set(conc["verdict"]) == {V.NO_CLAIM} and set(conc["n"]) == {"36 pairs"}
 
 
 def test_reversal_statistic_known_answer():
@@ -228,3 +242,15 @@ def test_every_committed_metrics_and_plots_file_is_a_stage_output():
     stale = [f for f in files if not any((ROOT / f).resolve() == o or o in (ROOT / f).resolve().parents
                                          for o in outs)]
     assert stale == [], f"committed files no stage of dvc.yaml writes: {stale}"
+
+
+def test_summary_carries_cross_scale_numbers_with_two_sizes():
+    acq = {"p405k": [10 * (i + 1) for i in range(9)], "p3m": [20 * (i + 1) for i in range(9)]}
+    rows = event_rows(NINE, models=(("p405k", 405_000), ("p3m", 3_000_000)), acq=acq, rec=acq)
+    cross = cross_scale(rows[rows["measure"] == "rankme_centred"], resamples=R)
+    summary = summary_metrics(compare(rows, "rankme_centred", cross, pd.DataFrame(), resamples=R), rows,
+                              "rankme_centred", cross)
+    assert summary["rho_acq_p405k_p3m"] == 1.0 and summary["concordance_p405k_p3m"] == 1.0
+    one = event_rows(NINE, acq={"p405k": acq["p405k"]}, rec={"p405k": acq["p405k"]})
+    assert not any(k.startswith("rho_") for k in summary_metrics(table(one), one, "rankme_centred",
+                                                                 cross_scale(one, resamples=R)))

@@ -72,7 +72,8 @@ def cross_scale(runs: pd.DataFrame, resamples: int = 1000, seed: int = 0) -> dic
     Each pair holds ``small``, ``large`` (model names), ``small_params``, ``large_params``,
     ``cells`` (cells present at both sizes), ``rho[variable]``,
     ``concordance[variable] = {"all": stat, "by_level": {level: stat}, "by_class": {class: stat}}``,
-    ``reversal`` (a stat) and ``reversed_pairs[variable]``, where every ``stat`` is
+    ``reversal`` (a stat), ``reversed_pairs[variable]`` and ``absent`` (``{model: [cells with no
+    acquisition at that size]}``: left out of the acquisition statistics), where every ``stat`` is
     ``{"value", "low", "high", "n"}``.
     JSON-serialisable: no NaN anywhere.
     """
@@ -178,6 +179,8 @@ def _pair(runs: pd.DataFrame, small: str, large: str, resamples: int, seed: int)
                         for v in TIMING},
         "reversal": stat(("reversal",)),
         "reversed_pairs": {v: _reversed(medians[:, :, VARIABLES.index(v)], labels) for v in TIMING},
+        "absent": {size: [str(labels[i]) for i in np.nonzero(~np.isfinite(medians[:, s, VARIABLES.index(
+            "acquisition_step")]))[0]] for s, size in enumerate((small, large))},
     }
 
 

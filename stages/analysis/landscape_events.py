@@ -25,6 +25,12 @@ own noise, estimated on the run:
 
 A dip or rise within the noise is reported with ``status`` ``below_noise`` and no transition step.
 
+**Truncation.** A rise whose largest value is at the last measured checkpoint, while the run went on
+past it (``last_checkpoint`` column of the table, written by stage ``landscape``; a table without it
+counts as cut off), has not been seen to peak: its half-rise depends on where the window ended. It
+is reported with ``status`` ``truncated``, no transition step and no precursor verdict, never as an
+event.
+
 **Saturation.** A measure at its cap cannot show how far above the cap it would be: ``gradcov_rank``
 where ``gradcov_saturated`` (rank = samples - 1), ``grad_erank`` where it is at or above
 ``erank_saturation`` of ``grad_erank_cap``. A measure saturated at any measured checkpoint has its
@@ -45,6 +51,7 @@ from stages.analysis.events import ABSENT, FOUND, UNDETERMINED, Rules, find_dip,
 
 DIRECTIONS = ("dip", "rise")
 BELOW_NOISE = "below_noise"
+TRUNCATED = "truncated"
 NOISE_COLUMNS = {"llc": "llc_std", "hessian_top1": "hessian_top1_noise"}
 
 
@@ -93,8 +100,10 @@ def rise(steps, values, rise_fraction: float = 0.5, min_rise: float = 0.2) -> tu
 
 
 def measure_events(steps, values, direction: str, acquisition: int | None, rules: Rules, p: dict,
-                   noise: float, saturated: bool) -> dict:
-    """One measure's transition, end, lead and precursor verdict (see the module docstring)."""
+                   noise: float, saturated: bool, cut_off: bool = False) -> dict:
+    """One measure's transition, end, lead and precursor verdict (see the module docstring);
+    ``cut_off``: the measured checkpoints end before the run does (a rise peaking at the last one is
+    truncated)."""
     steps, values = np.asarray(steps), np.asarray(values, dtype=float)
     threshold = p["noise_factor"] * noise
     out = {"direction": direction, "status": ABSENT, "transition_step": None, "end_step": None,
@@ -118,11 +127,17 @@ def measure_events(steps, values, direction: str, acquisition: int | None, rules
     else:
         step, change = rise(steps, values, p["rise_fraction"], p["min_rise"])
         out["change"] = None if not np.isfinite(change) else float(change)
+        finite = np.nonzero(np.isfinite(values))[0]
+        at_end = len(finite) and finite[int(np.argmax(values[finite]))] == finite[-1]
         if step is not None:
-            if change > threshold:
-                out.update(status=FOUND, transition_step=step, end_step=step)
-            else:
+            if change <= threshold:
                 out["status"] = BELOW_NOISE
+            elif cut_off and at_end:
+                out["status"] = TRUNCATED
+                out["lead_fraction"] = None
+                return out  # not an event: no transition, no verdict
+            else:
+                out.update(status=FOUND, transition_step=step, end_step=step)
     out["lead_fraction"] = lead_fraction(out["end_step"], acquisition)
     verdict = precursor_verdict(out["end_step"], acquisition, steps[np.isfinite(values)], rules)
     out["precursor"] = None if saturated else verdict
@@ -134,11 +149,13 @@ def run_measures(frame: pd.DataFrame, directions: dict[str, str], acquisition: i
     """Per measure of ``directions`` present in ``frame`` (one run's landscape table): ``direction``,
     ``transition_step``, ``end_step``, ``lead_fraction``, ``precursor`` (True / False / None),
     ``saturated``, ``noise``, ``change`` (dip depth, None without a dip; rise ``vmax - v0``), plus
-    ``status`` (found | below_noise | absent | undetermined), ``threshold`` (noise_factor x noise),
+    ``status`` (found | below_noise | truncated | absent | undetermined), ``threshold`` (noise_factor x noise),
     ``peak_step``, ``floor_step``, ``recovery_status`` (dips) and ``n_checkpoints``.
     ``p`` is :func:`landscape_event_params`; ``acquisition`` the run's acquisition step or None."""
     frame = frame.sort_values("step").reset_index(drop=True)
     steps = frame["step"].to_numpy()
+    last = pd.to_numeric(frame["last_checkpoint"], errors="coerce").max() if "last_checkpoint" in frame else np.nan
+    cut_off = not np.isfinite(last) or steps[-1] < last
     out = {}
     for measure, direction in directions.items():
         if measure not in frame.columns:
@@ -146,7 +163,7 @@ def run_measures(frame: pd.DataFrame, directions: dict[str, str], acquisition: i
         values = pd.to_numeric(frame[measure], errors="coerce").to_numpy(dtype=float)
         out[measure] = measure_events(steps, values, direction, acquisition, rules, p,
                                       noise=measure_noise(frame, measure),
-                                      saturated=bool(saturated_flags(frame, measure, p).any()))
+                                      saturated=bool(saturated_flags(frame, measure, p).any()), cut_off=cut_off)
     return out
 
 

@@ -87,19 +87,30 @@ def compare(rows: pd.DataFrame, primary: str, cross: dict, pythia_sets: pd.DataF
     for measure in dict.fromkeys(["rankme", primary]):
         name = MEASURE_NAMES.get(measure, measure)
         m = algo[algo["measure"] == measure]
-        est = V.share(m, "top_down", CELL, resamples, seed,
-                      needs="runs with two or more varying layers that collapse (grid.models)")
-        out.append(_row("collapse is top-down", name, "all algorithmic runs (Pythia not pooled)", "28/32 (88%)",
-                        est, V.share_verdict(est, TOP_DOWN), share_rule, _layers_note(m)))
+        for model, g in (m.groupby("model", sort=False) if len(m) else [("-", m)]):
+            est = V.share(g, "top_down", CELL, resamples, seed,
+                          needs="runs with two or more varying layers that collapse (grid.models)")
+            out.append(_row(f"collapse is top-down ({model})", name, f"{model} runs (Pythia not pooled)",
+                            "28/32 (88%)", est, V.share_verdict(est, TOP_DOWN), share_rule, _layers_note(g)))
+
+    if "first_update_mean_dominance" in algo.columns:
+        m = algo[algo["measure"] == "rankme"]
+        for model, g in m.groupby("model", sort=False):
+            est = V.median(g, "first_update_mean_dominance", CELL, resamples, seed,
+                           needs="runs with mean dominance at a checkpoint after step 0")
+            out.append(_row(f"first-update mean shift ({model})", "mean dominance, last layer", f"{model} runs",
+                            "- (not reported)", est, V.NO_CLAIM if est["value"] is not None else V.NOT_MEASURABLE,
+                            "reported beside the claims", "median over runs at the first checkpoint after step 0 "
+                            "(1 = every state along one shared direction: raw RankMe collapses, centred need not)",
+                            percent=False))
 
     llc = acquired[acquired["measure"] == "llc"]
-    est = V.share(llc, "precursor", CELL, resamples, seed, needs="acquired runs with a landscape table (stage landscape)")
+    est = V.share(llc, "precursor", CELL, resamples, seed, needs=_landscape_needs(llc, "LLC"))
     out.append(_row("LLC is not a precursor", "llc", "all levels", "0/24 (synchronous)", est,
                     V.share_verdict(est, 0.0), share_rule, _truncated_note(llc)))
 
     hess = acquired[acquired["measure"] == "hessian_top1"]
-    est = V.median(hess, "lead_fraction", CELL, resamples, seed,
-                   needs="acquired runs with a Hessian half-rise (stage landscape)")
+    est = V.median(hess, "lead_fraction", CELL, resamples, seed, needs=_landscape_needs(hess, "Hessian"))
     out.append(_row("Hessian lags acquisition", "hessian_top1", "all levels", "lags (lead < 0)", est,
                     V.one_sided_verdict(est, 0.0, "below"),
                     "one-sided: consistent when the whole interval is below 0, not reproduced when at or above 0",
@@ -137,6 +148,14 @@ def _layers_note(m: pd.DataFrame) -> str:
             f"{int(m['top_down'].isna().sum())} undetermined")
 
 
+def _landscape_needs(m: pd.DataFrame, name: str) -> str:
+    truncated = int((m["status"] == "truncated").sum()) if "status" in m.columns else 0
+    if truncated:
+        return (f"{name} rises followed past their peak ({truncated} of {len(m)} cut off by the measured window: "
+                "raise landscape.follow.extra)")
+    return f"acquired runs with a {name} half-rise (stage landscape)"
+
+
 def _truncated_note(m: pd.DataFrame) -> str:
     if "status" not in m.columns or not len(m):
         return ""
@@ -157,20 +176,34 @@ def _cross_rows(cross: dict) -> list[dict]:
         out.append(_row("prediction when task order reverses across scales", "recovery -> acquisition",
                         "reversed pairs", f"{REVERSAL:.0%}", V.missing(need), V.NOT_MEASURABLE, "share", ""))
         return out
-    pair = max(pairs, key=lambda p: ((p["large_params"] or 0) - (p["small_params"] or 0), p["large"]))
+    out = []
+    for pair in pairs:
+        out.extend(_pair_rows(pair, rho_rule))
+    return out
+
+
+def _pair_rows(pair: dict, rho_rule: str) -> list[dict]:
+    """The rows of one pair of model sizes: rho per variable, overall and within-class concordance,
+    the reversal statistic; the notes name cells with no acquisition at a size (left out of n)."""
     name = f"{pair['small']} vs {pair['large']}"
+    absent = "; ".join(f"absent at {m}: {len(c)} ({', '.join(c)})" for m, c in (pair.get("absent") or {}).items() if c)
+    absent = f"; {absent} (no acquisition: left out)" if absent else ""
     out = []
     for variable in ("floor_ratio", "recovery_step", "acquisition_step"):
         ci = pair["rho"][variable]
         est = V.from_interval(ci, f"3 or more cells with a defined {variable} at both sizes (has {ci['n']})")
-        if est["value"] is not None:
-            est["configs"] = None
+        est.update(configs=None, unit="cells")
         out.append(_row(f"cross-scale rho of {variable} ({name})", "rankme" if variable != "acquisition_step" else "-",
                         f"{ci['n']} task x level cells", f"> {RHO}", est, V.one_sided_verdict(est, RHO, "above"),
-                        rho_rule, "Spearman rho across cells, seed medians; interval: bootstrap over cells and seeds",
-                        percent=False))
-    enough = V.pairs_to_tell(CONCORDANCE["easy"], CONCORDANCE["hard"])
+                        rho_rule, "Spearman rho across cells, seed medians; interval: bootstrap over cells and seeds"
+                        + (absent if variable == "acquisition_step" else ""), percent=False))
     conc = pair["concordance"]["acquisition_step"]
+    ci = conc["all"]
+    est = _pair_share(ci, 1, f"two cells with an acquisition at both sizes (has {ci['n']} pairs)")
+    out.append(_row(f"timing concordance, all pairs ({name})", "acquisition step", "all cells", "-", est,
+                    V.NO_CLAIM if est["value"] is not None else V.NOT_MEASURABLE, "reported beside the claims",
+                    "pairs of cells ordered alike by acquisition step at both sizes (ties 1/2)" + absent))
+    enough = V.pairs_to_tell(CONCORDANCE["easy"], CONCORDANCE["hard"])
     for grouping, key, labels in (("level", "by_level", {"easy": "easy", "hard": "hard"}),
                                   ("class", "by_class", {"easy": "easy tasks", "hard": "hard tasks"})):
         for cls, paper in CONCORDANCE.items():
@@ -180,7 +213,7 @@ def _cross_rows(cross: dict) -> list[dict]:
             out.append(_row(f"timing concordance within a class ({name})", "acquisition step",
                             f"{grouping} {labels[cls]}", f"{paper:.0%}", est, V.share_verdict(est, paper),
                             f"share; reported with >= {enough} pairs",
-                            "pairs of cells of the class ordered alike by acquisition step at both sizes"))
+                            "pairs of cells of the class ordered alike by acquisition step at both sizes" + absent))
     enough_rev = V.pairs_to_tell(REVERSAL, 0.5)
     ci = pair.get("reversal") or {"value": None, "low": None, "high": None, "n": 0}
     est = _pair_share(ci, enough_rev, f"{enough_rev} pairs of cells whose acquisition order reverses, to tell 26% "
@@ -189,7 +222,7 @@ def _cross_rows(cross: dict) -> list[dict]:
                     "reversed pairs", f"{REVERSAL:.0%}", est, V.share_verdict(est, REVERSAL),
                     f"share; reported with >= {enough_rev} pairs",
                     "share of the reversed pairs whose small-size recovery order predicts the large-size "
-                    "acquisition order"))
+                    "acquisition order" + absent))
     return out
 
 
@@ -235,20 +268,30 @@ def _pythia_rows(pythia_sets: pd.DataFrame) -> list[dict]:
 NA = "n/a"  # DVC leaves JSON nulls out of its tables: a value that cannot be computed is this string
 
 
-def summary_metrics(paper: pd.DataFrame, rows: pd.DataFrame, primary: str) -> dict:
+def summary_metrics(paper: pd.DataFrame, rows: pd.DataFrame, primary: str, cross: dict | None = None) -> dict:
     """The few numbers ``dvc metrics show`` prints on one screen, flat and self-explanatory:
-    how many claims got each verdict, the precursor share of ``primary`` in each grouping (acquired
-    algorithmic runs with a decided verdict; ``n/a`` when there are none) and how many runs acquired."""
+    how many claims got each verdict, the precursor share of ``primary`` in each grouping
+    (``precursor_<class>_lvl``: by level, ``precursor_<class>_cls``: by the paper's task classes;
+    acquired algorithmic runs with a decided verdict; ``n/a`` when there are none), how many runs
+    acquired and, with two or more model sizes, per pair of sizes the Spearman rho of the acquisition
+    step and the overall timing concordance (``rho_acq_<small>_<large>``, ``concordance_<small>_<large>``)."""
     counts = V.counts(paper["verdict"])
-    out = {k.replace(" ", "_"): v for k, v in counts.items()}
+    out = {k.replace(" ", "_"): v for k, v in counts.items()}  # rows without a paper value are not counted
     algo = rows[(rows["task"] != PYTHIA_TASK) & (rows["measure"] == primary)]
     acquired = algo[algo["acquisition_step"].notna()]
-    for label, select in (("hard_level", lambda r: r["level"] == "hard"), ("easy_level", lambda r: r["level"] == "easy"),
-                          ("hard_tasks", lambda r: r["task"].isin(HARD_TASKS)),
-                          ("easy_tasks", lambda r: ~r["task"].isin(HARD_TASKS))):
+    for label, select in (("hard_lvl", lambda r: r["level"] == "hard"), ("easy_lvl", lambda r: r["level"] == "easy"),
+                          ("hard_cls", lambda r: r["task"].isin(HARD_TASKS)),
+                          ("easy_cls", lambda r: ~r["task"].isin(HARD_TASKS))):
         decided = acquired[select(acquired)]["precursor"].dropna()
         out[f"precursor_{label}"] = round(float(decided.astype(bool).mean()), 3) if len(decided) else NA
     out["runs"], out["acquired_runs"] = int(len(algo)), int(len(acquired))
+    for pair in (cross or {}).get("pairs", {}).values():
+        if not pair.get("cells"):
+            continue
+        name = f"{pair['small']}_{pair['large']}"
+        for key, stat in ((f"rho_acq_{name}", pair["rho"]["acquisition_step"]),
+                          (f"concordance_{name}", pair["concordance"]["acquisition_step"]["all"])):
+            out[key] = NA if stat["value"] is None else round(float(stat["value"]), 3)
     return out
 
 
@@ -286,7 +329,9 @@ def markdown(table: pd.DataFrame, primary: str = "rankme_centred") -> str:
     ]
     lines += [f"| {r.claim} | {r.measure} | {r.grouping} | {r.paper} | {r.this_run} | {r.n} | {_verdict_cell(r)} |"
               for r in table.itertuples()]
-    lines += ["", "Verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + f" (of {len(table)} rows).",
+    judged = sum(counts.values())
+    lines += ["", "Verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+              + f" (of {judged} claims; {len(table) - judged} row(s) without a paper value).",
               "", "Notes per row (how each number was measured; what a not-measurable row needs):", ""]
     lines += [f"{i}. {r.claim}, {r.measure}, {r.grouping}: {r.how or '-'}" for i, r in enumerate(table.itertuples(), 1)]
     return "\n".join(lines) + "\n"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
 import pandas as pd
 
 # trajectory column -> series label (order = legend order). Relative RankMe (value / value at the
@@ -74,3 +75,75 @@ def run_plot_table(trajectory: pd.DataFrame, events: dict) -> pd.DataFrame:
     table["series"] = table["series"].astype(object)
     table["event"] = table["event"].astype(object)
     return table.reset_index(drop=True)
+
+
+# ---- the page's first charts: trajectories aligned at acquisition, and their per-level summary ----
+ALIGNED_COLUMNS = ["run", "config", "task", "level", "seed", "measure", "step", "aligned_step", "relative_step",
+                   "value"]
+LEVEL_COLUMNS = ["level", "measure", "relative_step", "median", "low", "high", "runs"]
+RELATIVE_GRID = tuple(round(0.05 * i, 2) for i in range(0, 61))  # step / acquisition step: 0 .. 3
+
+
+def aligned_table(runs: list[dict]) -> pd.DataFrame:
+    """Long table of every acquiring run's curves against ``aligned_step = step - acquisition step``
+    (and ``relative_step = step / acquisition step``), for the paper-style figure.
+
+    ``runs``: one dict per run with ``run``, ``task``, ``level``, ``seed`` (or None), ``trajectory``
+    (a trajectory table: ``step`` and the columns of :data:`SERIES`) and ``acquisition`` (a step, or
+    None: the run never acquires and is left out). ``measure`` holds :data:`SERIES`' labels. Pure."""
+    parts = []
+    for r in runs:
+        acq = _event_step("acquisition", r.get("acquisition"))
+        if acq is None:
+            continue
+        curves = run_plot_table(r["trajectory"], {})
+        curves = curves[curves["series"].notna()]
+        steps = curves["step"].astype(int)
+        parts.append(pd.DataFrame({
+            "run": r["run"], "config": f"{r['task']} {r['level']}", "task": r["task"], "level": r["level"],
+            "seed": r.get("seed"), "measure": curves["series"].to_numpy(), "step": steps.to_numpy(),
+            "aligned_step": (steps - acq).to_numpy(), "relative_step": (steps / acq if acq else steps * 0.0).to_numpy(),
+            "value": curves["value"].to_numpy()}))
+    if not parts:
+        return pd.DataFrame(columns=ALIGNED_COLUMNS)
+    table = pd.concat(parts, ignore_index=True).reindex(columns=ALIGNED_COLUMNS)
+    table["seed"] = table["seed"].astype("Int64")
+    return table
+
+
+def level_summary(aligned: pd.DataFrame, grid=RELATIVE_GRID) -> pd.DataFrame:
+    """Per difficulty level and measure, the median and the range (min, max) over runs of each run's
+    curve interpolated at ``grid`` points of ``relative_step`` (step / acquisition step; 1 =
+    acquisition), where the run has readings on both sides (no extrapolation). Pure."""
+    rows = []
+    for (level, measure), g in aligned.groupby(["level", "measure"], sort=True):
+        curves = []
+        for _, run in g.groupby("run"):
+            run = run.sort_values("relative_step")
+            x, y = run["relative_step"].to_numpy(float), run["value"].to_numpy(float)
+            inside = [(t, float(np.interp(t, x, y))) for t in grid if x[0] <= t <= x[-1]]
+            curves.append(dict(inside))
+        for t in grid:
+            values = [c[t] for c in curves if t in c]
+            if values:
+                rows.append({"level": level, "measure": measure, "relative_step": t,
+                             "median": float(np.median(values)), "low": float(np.min(values)),
+                             "high": float(np.max(values)), "runs": len(values)})
+    return pd.DataFrame(rows, columns=LEVEL_COLUMNS)
+
+
+# ---- DVCLive training curves, one table per metric across runs -------------------------------------
+CURVE_COLUMNS = ["run", "step", "value"]
+
+
+def curves_table(curves: dict[str, pd.DataFrame], metric: str) -> pd.DataFrame:
+    """One metric's curve of every run, stacked (``run``, ``step``, ``value``): DVCLive's TSV of each
+    run (``step`` and one value column), so the page draws one chart per metric with a line per run
+    instead of one chart per run. Pure."""
+    parts = []
+    for run, frame in sorted(curves.items()):
+        value = [c for c in frame.columns if c not in ("step", "timestamp")]
+        if "step" not in frame.columns or len(value) != 1:
+            raise ValueError(f"{run}: {metric} needs columns step and one value column, got {list(frame.columns)}")
+        parts.append(pd.DataFrame({"run": run, "step": frame["step"].astype(int), "value": frame[value[0]].astype(float)}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CURVE_COLUMNS)

@@ -43,7 +43,8 @@ def run_events(frame: pd.DataFrame, rules: Rules, layer="last") -> tuple[list[di
     acq, acq_status = acquisition(steps, acc.to_numpy(), rules.threshold, rules.window)
     layers = varying_layers(frame)
     base = {"acquisition_step": acq, "acquisition_status": acq_status, "final_acc": float(acc.iloc[-1]),
-            "total_steps": int(steps.max()), "n_checkpoints": int(len(steps))}
+            "total_steps": int(steps.max()), "n_checkpoints": int(len(steps)),
+            "first_update_mean_dominance": first_update(frame, "mean_dominance", layer, layers)}
     rows, layer_rows = [], []
     for measure in GEOMETRY:
         if measure not in frame.columns or not layers:
@@ -66,6 +67,17 @@ def run_events(frame: pd.DataFrame, rules: Rules, layer="last") -> tuple[list[di
 
 
 AT_FLOOR = ("mean_dominance", "rankme_centred", "rankme")
+
+
+def first_update(frame: pd.DataFrame, column: str, layer, layers: list[int]) -> float | None:
+    """The chosen layer's ``column`` at the first checkpoint after step 0 (step 1 when saved): how far
+    the first update pushed every state along one shared direction (mean dominance near 1)."""
+    if column not in frame.columns or not layers:
+        return None
+    series = layer_series(frame, column, layer, layers)
+    later = series[series.index > series.index.min()]
+    value = float(later.iloc[0]) if len(later) else None
+    return value if value is not None and np.isfinite(value) else None
 
 
 def at_floor(frame: pd.DataFrame, floor_step: int | None, layer, layers: list[int]) -> dict:

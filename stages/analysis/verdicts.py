@@ -26,6 +26,9 @@ Verdicts (one of :data:`VERDICTS`):
   the whole interval lies on the other side (``b`` included); ``inconclusive`` when it straddles ``b``.
   The lower bound decides a ``> b`` claim, the upper bound a ``< b`` claim;
 * ``not measurable``: the inputs are missing or too few (``needs`` says which), never a number.
+
+Rows the paper gives no value for (the first update's mean shift, overall concordance) carry
+:data:`NO_CLAIM` instead of a verdict and are not counted.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from stages.analysis import bootstrap
 CONSISTENT, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURABLE = ("consistent", "not reproduced", "inconclusive",
                                                             "not measurable")
 VERDICTS = (CONSISTENT, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURABLE)
+NO_CLAIM = "no paper value"  # a row reported beside the claims (e.g. overall concordance): not a verdict
 CONFIDENCE = 0.95
 SHARE_WIDTH = 0.5       # a share's interval wider than half of [0, 1] cannot confirm a value
 MAGNITUDE_WIDTH = 0.5   # a magnitude's interval wider than half the paper's value cannot confirm it
@@ -173,9 +177,9 @@ def fmt(est: dict, percent: bool = False) -> str:
 
 
 def size(est: dict) -> str:
-    """``"2 configs, 6 runs"`` (or ``"6 pairs"`` for pairs of cells)."""
+    """``"2 configs, 6 runs"`` (or ``"6 pairs"`` for pairs of cells, ``"8 cells"`` with ``unit: cells``)."""
     if est.get("configs") is None:
-        return f"{est['n']} pairs" if est["n"] else "-"
+        return f"{est['n']} {est.get('unit', 'pairs')}" if est["n"] else "-"
     return f"{est['configs']} config{'s' if est['configs'] != 1 else ''}, {est['n']} run{'s' if est['n'] != 1 else ''}"
 
 

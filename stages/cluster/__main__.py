@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from stages.cluster.backends import ClusterSpec, open_client
-from stages.cluster.dag import parse_status, read_plan, run_dvc
+from stages.cluster.dag import PIPELINE, parse_status, read_plan, run_dvc
 from stages.cluster.execute import execute, log, raise_for
 from stages.cluster.lockorder import lock_keys, restore_serial_order
 from stages.errors import PipelineError, main_guard
@@ -52,7 +52,7 @@ def repro(root: str | Path, spec: ClusterSpec, targets: list[str] | None = None,
     except Exception as exc:  # cosmetic: the entries are DVC's own and valid in any order
         progress(f"warning: dvc.lock entries left in completion order ({exc})")
     raise_for(outcome)
-    left = parse_status(run_dvc(root, "status", "--json", *(targets or [])), ignore_always_changed=True)
+    left = parse_status(run_dvc(root, "status", "--json", *(targets or [PIPELINE])), ignore_always_changed=True)
     if left:
         raise PipelineError(f"'dvc status' still lists stage(s) after the run: {', '.join(sorted(left))}")
     progress(f"{len(plan)} stage(s) reproduced in {time.perf_counter() - clock:.1f}s; dvc status is clean")

@@ -21,6 +21,9 @@ _NODE = re.compile(r'^\s*"((?:[^"\\]|\\.)+)"\s*;?\s*$')
 _EDGE = re.compile(r'^\s*"((?:[^"\\]|\\.)+)"\s*->\s*"((?:[^"\\]|\\.)+)"\s*;?\s*$')
 
 
+PIPELINE = "dvc.yaml"  # the pipeline file in the root a command runs in (DVC's default target for repro)
+
+
 def dvc_command(*args: str) -> list[str]:
     """``dvc ARGS`` run by this interpreter, so the workers use the venv's DVC."""
     return [sys.executable, "-m", "dvc", *args]
@@ -200,7 +203,9 @@ def _closure(start: set[str], step: dict[str, list[str]]) -> set[str]:
 
 
 def read_plan(root: str | os.PathLike = ".", targets: list[str] | None = None) -> Plan:
-    """The plan for the repository at ``root``, from ``dvc dag --dot`` and ``dvc status --json``."""
-    nodes, edges = parse_dot(run_dvc(root, "dag", "--dot"))
-    stale = parse_status(run_dvc(root, "status", "--json"))
+    """The plan for the pipeline ``root/dvc.yaml``, from ``dvc dag --dot`` and ``dvc status --json``.
+    Both name ``dvc.yaml`` explicitly: without a target DVC lists every pipeline of the repository
+    (a study's folder, studies/*/dvc.yaml, too), where ``dvc repro`` runs only the one in ``root``."""
+    nodes, edges = parse_dot(run_dvc(root, "dag", "--dot", PIPELINE))
+    stale = parse_status(run_dvc(root, "status", "--json", PIPELINE))
     return build_plan(nodes, edges, stale, targets)

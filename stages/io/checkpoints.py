@@ -113,7 +113,7 @@ def read_manifest(directory: str | os.PathLike, verify: bool = False) -> dict:
 
 
 def load_model(directory: str | os.PathLike, step: int, manifest: dict | None = None,
-               device: str | torch.device = "cpu") -> GPT:
+               device: str | torch.device = "cpu", portable_ops: bool = False) -> GPT:
     manifest = manifest or read_manifest(directory, verify=True)
     path = step_file(directory, step)
     if not path.is_file():
@@ -140,7 +140,7 @@ def load_model(directory: str | os.PathLike, step: int, manifest: dict | None = 
         state = load_file(str(path), device=str(device))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise PipelineError(f"corrupt checkpoint: {path} ({exc})") from None
-    model = GPT(cfg)
+    model = GPT(cfg, portable_ops=portable_ops)
     state["head.weight"] = state.get("wte.weight")
     try:
         model.load_state_dict(state)

@@ -46,11 +46,13 @@ CHUNK_BYTES = 1 << 30  # float32 input per batched SVD call; the SVD workspace i
 
 
 def rankme_batched(z: torch.Tensor, device: torch.device | str | None = None, chunk: int | None = None,
-                   centre: bool = False) -> torch.Tensor:
+                   centre: bool = False, portable: bool = False) -> torch.Tensor:
     """RankMe of a stack ``[batch, n, d]`` (float32 SVD, float64 entropy), computed on ``device``
     (default: ``z``'s) in chunks of ``chunk`` matrices, by default as many as fit ``CHUNK_BYTES``, so
     GPU memory stays bounded however many layers/checkpoints are stacked. Each matrix's value does
     not depend on the chunking. ``centre`` subtracts each matrix's mean row first (centred RankMe).
+    ``portable`` (``runtime.cpu_paths: portable``) takes the entropy as a product of powers, off MKL's
+    vector math (whose ``exp`` and ``log`` bits differ by CPU vendor; stages/numerics.py).
     Returns a float64 tensor on ``device``."""
     device = torch.device(device) if device is not None else z.device
     if z.dim() != 3:
@@ -64,9 +66,10 @@ def rankme_batched(z: torch.Tensor, device: torch.device | str | None = None, ch
             part = part - part.mean(dim=1, keepdim=True)
         s = torch.linalg.svdvals(part).double()
         p = s / s.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny) + EPS
-        # exp(-sum p ln p) as prod p^-p: torch's CPU exp and log go to MKL's vector math, whose bits
-        # differ by CPU vendor; pow runs on torch's own kernels (stages/numerics.py)
-        out.append(torch.pow(p, -p).prod(dim=-1))
+        if portable:  # exp(-sum p ln p) as prod p^-p: pow runs on torch's own kernels
+            out.append(torch.pow(p, -p).prod(dim=-1))
+        else:
+            out.append(torch.exp(-(p * p.log()).sum(dim=-1)))
     return torch.cat(out) if out else torch.empty(0, dtype=torch.float64, device=device)
 
 
@@ -85,11 +88,12 @@ def varies(dominance) -> np.ndarray:
     return (1.0 - d * d) > CONSTANT_SHARE
 
 
-def geometry(stack: torch.Tensor, device=None, chunk: int | None = None) -> dict[str, np.ndarray]:
+def geometry(stack: torch.Tensor, device=None, chunk: int | None = None, portable: bool = False) -> dict[str, np.ndarray]:
     """Per matrix of ``stack`` ``[batch, n, d]``: ``rankme`` (raw), ``rankme_centred`` (NaN where the
-    states do not vary), ``mean_dominance`` and ``varies`` (numpy arrays of length ``batch``)."""
-    raw = rankme_batched(stack, device=device, chunk=chunk).cpu().numpy()
-    centred = rankme_batched(stack, device=device, chunk=chunk, centre=True).cpu().numpy()
+    states do not vary), ``mean_dominance`` and ``varies`` (numpy arrays of length ``batch``).
+    ``portable``: as :func:`rankme_batched`'s."""
+    raw = rankme_batched(stack, device=device, chunk=chunk, portable=portable).cpu().numpy()
+    centred = rankme_batched(stack, device=device, chunk=chunk, centre=True, portable=portable).cpu().numpy()
     dominance = mean_dominance(stack).cpu().numpy()
     varying = varies(dominance)
     return {"rankme": raw, "rankme_centred": np.where(varying, centred, np.nan),

@@ -1,4 +1,9 @@
-"""A pre-LN GPT in the spirit of nanoGPT: learned positions, tied embeddings, GELU MLP."""
+"""A pre-LN GPT in the spirit of nanoGPT: learned positions, tied embeddings, GELU MLP.
+
+``GPT(cfg)`` runs torch's stock operators. ``GPT(cfg, portable_ops=True)`` (``runtime.cpu_paths:
+portable``) takes GELU's and the loss's second derivatives off MKL's vector math
+(stages/models/vendor_neutral_ops.py): the same forward and first-backward bits, vendor-exact
+Hessian-vector products."""
 from __future__ import annotations
 
 import math
@@ -8,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from stages.models.vendor_neutral_ops import GELU
+from stages.models import vendor_neutral_ops
 
 
 @dataclass
@@ -51,13 +56,13 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, portable_ops: bool = False):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(
-            nn.Linear(cfg.d_model, 4 * cfg.d_model), GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model),
+            nn.Linear(cfg.d_model, 4 * cfg.d_model), vendor_neutral_ops.GELU() if portable_ops else nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model),
             nn.Dropout(cfg.dropout))
 
     def forward(self, x, start: int = 0):
@@ -67,14 +72,15 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, portable_ops: bool = False):
         super().__init__()
+        self.portable_ops = portable_ops  # the loss too: stages.training.loop.answer_loss
         if cfg.d_model % cfg.n_head:
             raise ValueError(f"d_model {cfg.d_model} is not divisible by n_head {cfg.n_head}")
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, portable_ops) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.head.weight = self.wte.weight  # tied, as in GPT-2

@@ -6,6 +6,8 @@ A *source* is one of:
   ``step-N`` or ``step_N`` are the checkpoints, ``N`` the step;
 * one checkpoint folder: named as above, or holding ``config.json`` (its step then comes from
   ``trainer_state.json``'s ``global_step``);
+* this project's own run folder (``data/checkpoints/<run>/``: ``step_XXXXXXX.safetensors`` files and
+  ``manifest.json``, written by stage ``train``): each step file is a checkpoint;
 * the ``stepN`` revisions of a hub repository in the huggingface_hub cache (:func:`hub_checkpoints`,
   read offline from the cache's documented layout ``models--<org>--<name>/refs/<revision>`` ->
   ``snapshots/<commit>``).
@@ -30,6 +32,8 @@ from huggingface_hub.file_download import repo_folder_name
 from stages.errors import PipelineError
 
 STEP_NAME = re.compile(r"^(?:checkpoint-|step[-_]?)(\d+)$")
+PROJECT_STEP = re.compile(r"^step_(\d+)\.safetensors$")
+PROJECT_MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"
 UNSAFE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
 TRAINER_FILES = ("training_args", "optimizer", "scheduler", "rng_state", "scaler")  # the Trainer's own unsafe_files
@@ -41,6 +45,7 @@ class Checkpoint:
     path: Path
     trainer: bool = False  # a Trainer checkpoint-N folder: complete only with trainer_state.json
     label: str = ""        # revision name for hub checkpoints
+    project: bool = False  # this project's step_XXXXXXX.safetensors file (path) in a run folder with manifest.json
 
     @property
     def name(self) -> str:
@@ -67,6 +72,17 @@ def _as_checkpoint(path: Path) -> Checkpoint | None:
     return None
 
 
+def is_project_run(path: Path) -> bool:
+    """A run folder of this project: ``manifest.json`` beside ``step_XXXXXXX.safetensors`` files."""
+    path = Path(path)
+    return (path / PROJECT_MANIFEST).is_file() and any(PROJECT_STEP.match(p.name) for p in path.iterdir())
+
+
+def project_checkpoints(path: Path) -> list[Checkpoint]:
+    return sorted((Checkpoint(int(m.group(1)), p, project=True) for p in Path(path).iterdir()
+                   if (m := PROJECT_STEP.match(p.name))), key=lambda c: c.step)
+
+
 def discover(sources: list[Path]) -> list[Checkpoint]:
     """The checkpoints in ``sources`` (folders that do not exist yet give none), by step. Two
     checkpoints with one step are an error."""
@@ -74,6 +90,13 @@ def discover(sources: list[Path]) -> list[Checkpoint]:
     for source in sources:
         source = Path(source)
         if not source.is_dir():
+            continue
+        if is_project_run(source):
+            candidates = project_checkpoints(source)
+            for ck in candidates:
+                if ck.step in found and found[ck.step].path != ck.path:
+                    raise PipelineError(f"two checkpoints of step {ck.step}: {found[ck.step].path} and {ck.path}")
+                found[ck.step] = ck
             continue
         single = _as_checkpoint(source)
         if single is not None:
@@ -109,6 +132,8 @@ def hub_checkpoints(repo_id: str, cache_dir: str | os.PathLike | None = None,
 def completeness(ck: Checkpoint) -> tuple[bool, str]:
     """``(complete, why not)``; raises :class:`PipelineError` for pickle-only weights."""
     path = ck.path
+    if ck.project:  # stage train writes each step file whole (a temporary file renamed)
+        return (path.is_file(), "" if path.is_file() else "step file missing")
     if not path.is_dir():
         return False, "folder missing"
     if not (path / "config.json").is_file():
@@ -137,6 +162,9 @@ def completeness(ck: Checkpoint) -> tuple[bool, str]:
 
 def signature(path: Path) -> tuple:
     """Every file's (relative name, size, mtime): equal signatures mean nothing was written in between."""
+    if path.is_file():
+        st = path.stat()
+        return ((path.name, st.st_size, st.st_mtime_ns),)
     out = []
     for root, _, files in os.walk(path, followlinks=True):
         for name in files:

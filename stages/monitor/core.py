@@ -47,6 +47,7 @@ import torch
 from stages.analysis.events import FOUND, UNDETERMINED, Rules, acquisition, find_dip
 from stages.analysis.runs import dip_fields
 from stages.measures.rankme import EPS, geometry, mean_dominance, varies
+from stages.monitor.rules import event_rules
 
 COLLAPSE, RECOVERY, PRECURSOR, ACQUISITION = "collapse", "recovery", "precursor", "acquisition"
 MEASURES = ("rankme_centred", "rankme")
@@ -92,11 +93,12 @@ def rankme(h, centred: bool = False) -> float:
     return float(fast_geometry(z[None])["rankme_centred" if centred else "rankme"][0])
 
 
-def detect_events(steps, values, accuracy=None, rules: Rules = Rules()) -> dict:
+def detect_events(steps, values, accuracy=None, rules=None) -> dict:
     """The offline detector on one trajectory: ``acquisition_step``/``acquisition_status`` of
     ``accuracy`` (absent without one) and the dip of ``values`` searched up to acquisition
     (peak, collapse, floor, recovery and their statuses), with its lead on acquisition and precursor
     verdict, as in ``data/events/runs.csv``. Non-finite values are left out of the dip."""
+    rules = rules if isinstance(rules, Rules) else event_rules(rules)
     steps = np.asarray(steps)
     if accuracy is None:
         acq, status = None, "absent"
@@ -148,6 +150,9 @@ class Event:
 class RankMeMonitor:
     """Causal event detector on a stream of readings (see the module docstring).
 
+    ``rules``: a :class:`Rules`, a mapping with the keys of ``params.yaml: events``
+    (``{"min_depth": 0.3, "acquisition_window": 2}``) or a params file path
+    (:func:`stages.monitor.rules.event_rules`).
     ``layer``: ``"last"`` (the deepest layer whose states vary, chosen at the first reading where
     any layer varies, then fixed) or a layer number. ``measure``: ``"rankme_centred"`` (default, as
     ``params.yaml: events.measure``) or ``"rankme"`` (raw, the paper's).
@@ -164,6 +169,8 @@ class RankMeMonitor:
     latest: dict[int, dict] = field(default_factory=dict, init=False)  # layer -> measures of the last reading
 
     def __post_init__(self):
+        if not isinstance(self.rules, Rules):  # params.yaml's events: keys, or a params file
+            self.rules = event_rules(self.rules)
         if self.measure not in MEASURES:
             raise ValueError(f"measure must be one of {', '.join(MEASURES)}, got {self.measure!r}")
         if self.layer != "last" and (not isinstance(self.layer, (int, np.integer)) or isinstance(self.layer, bool)

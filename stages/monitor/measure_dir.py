@@ -1,10 +1,17 @@
 """Measure every checkpoint of any causal LM that transformers loads, once or while a job writes them.
 
-    python -m stages.monitor.measure_dir PATH [PATH ...] [--watch] [--probe FILE] [--out DIR] ...
-    python -m stages.monitor.measure_dir --hub ORG/NAME [--cache-dir DIR] [--revisions step0,step512]
+    rankme-monitor PATH [PATH ...] [--watch] [--probe FILE] [--out DIR] ...
+    rankme-monitor --hub ORG/NAME [--cache-dir DIR] [--revisions step0,step512]
+    rankme-monitor data/checkpoints/<run> [--dataset DIR] [--probe-size N]
 
+(``rankme-monitor`` is the console entry point; ``python -m stages.monitor.measure_dir`` is the same.)
 PATH is a folder of checkpoints (the Trainer's ``checkpoint-N``, or ``stepN`` folders), or one
-checkpoint folder; several PATHs are measured as one run. ``--hub`` measures the ``stepN`` revisions
+checkpoint folder; several PATHs are measured as one run. One of this project's run folders
+(``data/checkpoints/<run>``: ``step_XXXXXXX.safetensors`` + ``manifest.json``) is measured as stages
+``extract`` and ``measure`` do: the first ``--probe-size`` (512) test examples of the run's task at the
+first answer position, ``test_acc`` the exact-match accuracy on the whole test split; the dataset
+comes from ``--dataset``, else ``data/datasets/<task>-<level>``, else is generated in memory from
+``--params``/params.yaml. ``--hub`` measures the ``stepN`` revisions
 of a repository already in the huggingface_hub cache (offline). Weights load with safetensors only
 (``use_safetensors=True``; no remote code). The tokenizer comes from ``--tokenizer``, else the
 checkpoint, else its parent folder.
@@ -70,8 +77,10 @@ from stages.io.hidden import schema, step_table
 from stages.io.tables import write_csv
 from stages.measures.probes import probe_accuracy, split_mask
 from stages.measures.rankme import geometry
-from stages.monitor.checkpoints import STEP_NAME, Checkpoint, Stability, completeness, discover, hub_checkpoints
+from stages.monitor.checkpoints import (STEP_NAME, Checkpoint, Stability, completeness, discover, hub_checkpoints,
+                                       is_project_run)
 from stages.monitor.core import RankMeMonitor
+from stages.monitor.rules import event_rules as rules_of
 
 PROBE_TRAIN_FRACTION, PROBE_C, PROBE_MAX_ITER = 0.5, 10.0, 50  # params.yaml: measures.probe
 DEFAULT_PER_SET, DEFAULT_N_PER_SET = 32, 64                    # params.yaml: pythia.probe_per_set, evals.n_per_set
@@ -92,11 +101,22 @@ def warn(message: str) -> None:
 
 # ---- probe set -----------------------------------------------------------------------------------
 @dataclass
+class TaskProbe:
+    """This project's probe for its own run folders: the first ``probe_size`` test examples of the
+    run's task (as stage ``extract``), read at the first answer position; ``test_seq`` every test
+    example, for the exact-match ``test_acc`` (as stage ``train``'s history)."""
+    probe_seq: torch.Tensor
+    test_seq: torch.Tensor
+    prompt_len: int
+
+
+@dataclass
 class Probe:
     contexts: list[str]
     labels: np.ndarray          # answer code per example (-1: unlabelled)
     items: pd.DataFrame | None  # every evaluation item, for test_acc (None: no labelled evaluation)
     source: str
+    task: TaskProbe | None = None
 
     @property
     def labelled(self) -> bool:
@@ -104,13 +124,57 @@ class Probe:
 
     @property
     def fingerprint(self) -> str:
+        if self.task is not None:
+            return hashlib.sha1(self.task.probe_seq.cpu().numpy().tobytes()).hexdigest()
         return hashlib.sha1("\n".join(self.contexts).encode()).hexdigest()
+
+
+def load_task_probe(args, params_path: Path | None, run_dir: Path) -> Probe:
+    """The probe of one of this project's run folders: its task's test split from ``--dataset``, else
+    ``data/datasets/<task>-<level>`` (run from the project root), else generated in memory from the
+    params file's ``tasks``/``datasets`` (as stage ``generate``)."""
+    from stages.config import load_typed_params
+    from stages.io.checkpoints import read_manifest
+    from stages.io.datasets import load_split
+    from stages.paths import dataset_dir
+    from stages.tasks import build_dataset
+    from stages.training.loop import sequences
+
+    manifest = read_manifest(run_dir)
+    task, level = manifest.get("task"), manifest.get("level")
+    if not isinstance(task, str) or not isinstance(level, str):
+        raise PipelineError(f"checkpoint manifest {run_dir / 'manifest.json'}: no 'task' and 'level' to build the "
+                            "probe set from")
+    where = Path(args.dataset) if args.dataset is not None else dataset_dir(task, level)
+    if (where / "test.parquet").is_file():
+        prompt, answer, meta = load_split(where, "test")
+        prompt_len, source = int(meta["prompt_len"]), str(where)
+    elif args.dataset is not None:
+        raise PipelineError(f"missing dataset: {where / 'test.parquet'} (--dataset names a folder written by "
+                            "stage generate)")
+    else:
+        path = params_path if params_path is not None else Path("params.yaml")
+        if not path.is_file():
+            raise PipelineError(f"{run_dir}: no dataset {where} and no {path} to generate it from (pass --dataset DIR "
+                                "or --params FILE)")
+        params = load_typed_params(path)
+        ds = build_dataset(task, level, params.tasks.knobs(task, level), params.datasets.seed,
+                           params.datasets.n_train, params.datasets.n_test)
+        prompt, answer, prompt_len = ds.test_prompt, ds.test_answer, ds.test_prompt.shape[1]
+        source = f"{task}-{level} test split (generated from {path})"
+        warn(f"{where} not found: generated the {task}-{level} dataset in memory from {path}")
+    size = args.probe_size if args.probe_size is not None else 512
+    if size > len(prompt):
+        raise PipelineError(f"'--probe-size' = {size} exceeds the {len(prompt)} test examples of {source}")
+    seq = sequences(prompt, answer, "cpu")
+    return Probe([], answer[:size, 0].astype(np.int32), None, source,
+                 task=TaskProbe(seq[:size], seq, prompt_len))
 
 
 def load_probe(args, params: dict) -> Probe:
     from stages.pythia import evalsets
     from stages.pythia.paths import EVALS_FILE
-    from stages.pythia_measure import probe_set
+    from stages.pythia.probe_set import probe_set
 
     if args.probe is not None:
         try:
@@ -242,12 +306,12 @@ class Measurer:
         return model.to(self.device).eval(), tokenizer
 
     # -- one checkpoint ----------------------------------------------------------------------------
-    def measure(self, ck: Checkpoint) -> None:
+    def _read_lm(self, ck: Checkpoint):
+        """(hidden states [L+1, n, d], test_acc, n_params, probed positions) of a transformers checkpoint."""
         from stages.pythia import scoring
-        from stages.pythia_measure import chance_corrected
+        from stages.pythia.probe_set import chance_corrected
 
         model, tokenizer = self._load(ck)
-        step = ck.step
         n_params = sum(p.numel() for p in model.parameters())
         test_acc = float("nan")
         if self.probe.items is not None:
@@ -257,8 +321,41 @@ class Measurer:
             chance = pd.Series(scoring.chance(items)).groupby(items["eval_set"].values).mean()
             by_set = pd.Series(correct).groupby(items["eval_set"].values).mean()
             test_acc = float(chance_corrected(by_set, chance[by_set.index]).mean())
-        states = scoring.last_token_states(model, tokenizer, self.probe.contexts, self.batch_size, self.device)
-        del model
+        try:
+            states = scoring.last_token_states(model, tokenizer, self.probe.contexts, self.batch_size, self.device)
+        except (AttributeError, TypeError) as exc:  # no hidden_states in the output, or not a sequence of them
+            raise PipelineError(f"checkpoint {ck.name}: {type(model).__name__} gave no hidden states (expected a causal "
+                                f"LM that returns hidden_states with output_hidden_states=True; {exc})") from None
+        positions = np.asarray([len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in self.probe.contexts])
+        return states, test_acc, n_params, positions
+
+    @torch.no_grad()
+    def _read_project(self, ck: Checkpoint):
+        """The same for one of this project's step files: hidden states at the first answer position (as
+        stage extract) and the exact-match test accuracy (as stage train)."""
+        from stages.io.checkpoints import load_model, read_manifest
+        from stages.training.loop import evaluate
+
+        task = self.probe.task
+        if task is None:
+            raise PipelineError(f"checkpoint {ck.name}: a project step file among transformers checkpoints; measure "
+                                "its run folder on its own")
+        try:
+            model = load_model(ck.path.parent, ck.step, read_manifest(ck.path.parent, verify=True), self.device)
+        except PipelineError as exc:
+            raise LoadFailure(str(exc)) from None
+        test_acc = float(evaluate(model, task.test_seq.to(self.device), task.prompt_len, self.batch_size)[1])
+        chunks = []
+        for start in range(0, len(task.probe_seq), self.batch_size):
+            _, hidden = model(task.probe_seq[start:start + self.batch_size, :-1].to(self.device), hidden_states=True)
+            chunks.append(torch.stack([h[:, task.prompt_len - 1] for h in hidden]).float().cpu())
+        states = torch.cat(chunks, dim=1).numpy()
+        positions = np.full(states.shape[1], task.prompt_len - 1)
+        return states, test_acc, model.num_params(), positions
+
+    def measure(self, ck: Checkpoint) -> None:
+        step = ck.step
+        states, test_acc, n_params, positions = self._read_project(ck) if ck.project else self._read_lm(ck)
         bad = ~np.isfinite(states).all(axis=(1, 2))
         if bad.any():
             raise PipelineError(f"checkpoint {ck.name}: hidden states of layer {int(np.argmax(bad))} hold NaN or inf")
@@ -275,7 +372,6 @@ class Measurer:
             self._schema = schema(d, {"run": self.run, "manifest": json.dumps(manifest)})
             self._tmp.parent.mkdir(parents=True, exist_ok=True)
             self._writer = pq.ParquetWriter(self._tmp, self._schema)
-        positions = np.asarray([len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in self.probe.contexts])
         self._writer.write_table(step_table(step, states, np.arange(n), positions, self.probe.labels, self._schema))
         rows = []
         for layer in range(len(states)):
@@ -337,8 +433,9 @@ def measure_once(sources, measurer: Measurer, stop: threading.Event, describe: s
     """Measure every complete checkpoint; ``False`` when interrupted."""
     cks = sources()
     if not cks:
-        raise PipelineError(f"no checkpoints in {describe} (expected checkpoint-N or stepN folders, or a folder "
-                            "with config.json)")
+        raise PipelineError(f"no checkpoints in {describe} (expected checkpoint-N or stepN folders, a folder "
+                            "with config.json, or one of this project's run folders: step_*.safetensors with "
+                            "manifest.json)")
     ready = []
     for ck in cks:
         ok, why = completeness(ck)
@@ -402,7 +499,7 @@ def watch(sources, measurer: Measurer, stop: threading.Event, poll: float, settl
 
 # ---- command line --------------------------------------------------------------------------------
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m stages.monitor.measure_dir", description=__doc__,
+    p = argparse.ArgumentParser(prog="rankme-monitor", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="*", type=Path, help="checkpoint folder(s), or folder(s) of checkpoints")
     p.add_argument("--hub", metavar="REPO_ID", help="measure the stepN revisions of this repo in the HF cache")
@@ -411,6 +508,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--probe", type=Path, help="probe texts, one example per line (default: evaluation sets)")
     p.add_argument("--evals", type=Path, help="evaluation sets Parquet (default: data/pythia/evals.parquet)")
     p.add_argument("--per-set", type=int, help="probe items per evaluation set (default: pythia.probe_per_set)")
+    p.add_argument("--dataset", type=Path, help="this project's run folders: the task's dataset folder "
+                   "(default: data/datasets/<task>-<level>, else generated from --params/params.yaml)")
+    p.add_argument("--probe-size", type=int, help="this project's run folders: probe examples (default 512, as "
+                   "extract.probe_size)")
     p.add_argument("--no-accuracy", action="store_true", help="skip scoring the evaluation sets (test_acc NaN)")
     p.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint's, or its parent's)")
     p.add_argument("--out", type=Path, default=Path("monitor"), help="output folder (default: monitor)")
@@ -445,9 +546,7 @@ def event_rules(path: Path | None) -> Rules:
         path = Path("params.yaml")
         if not path.is_file():
             return Rules()
-    from stages.events import settings
-
-    return settings(load_typed_params(path).events).rules
+    return rules_of(path)
 
 
 def run_name(args) -> str:
@@ -476,7 +575,10 @@ def main_run(args, stop: threading.Event) -> int:
     rules = event_rules(args.params)
     params = load_params(args.params) if args.params else (load_params("params.yaml") if Path("params.yaml").is_file()
                                                            else {})
-    probe = load_probe(args, params)
+    project = [p for p in args.paths if p.is_dir() and is_project_run(p)]
+    if project and len(args.paths) > 1:
+        raise PipelineError(f"{project[0]} is one of this project's run folders: measure it on its own")
+    probe = load_task_probe(args, args.params, project[0]) if project else load_probe(args, params)
     device = resolve_device(args.device, "--device")
     if args.hub:
         revisions = [r.strip() for r in args.revisions.split(",")] if args.revisions else None

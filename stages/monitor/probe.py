@@ -1,7 +1,8 @@
 """Hidden states of a fixed probe batch, and one monitor reading from a model in a training loop.
 
 :func:`probe_hidden_states` runs the probe batch through the model in eval mode without gradients
-(``output_hidden_states=True``, the transformers convention) and keeps one token per example:
+(``output_hidden_states=True``, the transformers convention; through ``model.base_model`` when
+the model has one, so a causal LM's head is not computed) and keeps one token per example:
 the last non-pad token (from the ``attention_mask``; works with left or right padding), or a given
 position. The model's training mode is restored afterwards, so a reading never changes training.
 """
@@ -81,7 +82,9 @@ def probe_hidden_states(model, batch, position=None, hidden_fn: Callable | None 
                 out.append(h.detach().float())
             return out
         inputs = _inputs(batch, _model_device(model))
-        result = model(**inputs, output_hidden_states=True)
+        # the base model (without the LM head) returns the same hidden states for less work
+        body = getattr(model, "base_model", model)
+        result = body(**inputs, output_hidden_states=True)
         hidden = getattr(result, "hidden_states", None)
         if hidden is None:
             raise ValueError(f"{type(model).__name__} returned no hidden_states; pass hidden_fn")

@@ -1,0 +1,168 @@
+"""Study folders (studies/<name>/, docs/scale.md): generated from the root pipeline, current, runnable.
+
+The generated dvc.yaml and params.yaml of every committed study must equal what
+``python -m studies.generate`` writes now (a stage or parameter changed at the root reaches the
+studies only through regeneration); the rewriting rules are checked on the scale study; and a toy
+study runs end to end with ``dvc repro studies/<name>/dvc.yaml`` in a temporary copy of the
+repository, leaving the root pipeline untouched, after which ``python -m studies.diff`` compares it
+with the root.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from stages.cluster.dag import dvc_env, parse_status
+from stages.config import load_typed_params
+from studies import generate as gen
+
+
+def test_every_committed_study_is_current():
+    names = gen.study_names()
+    assert "scale" in names
+    for name in names:
+        assert gen.stale(name) == [], f"run `python -m studies.generate {name}`"
+
+
+def test_check_flag_names_a_stale_file(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "studies" / "x"
+    folder.mkdir(parents=True)
+    (folder / "study.yaml").write_text("stages: [generate]\nparams: {grid.tasks: [mod]}\n")
+    for name in ("params.yaml", "dvc.yaml"):
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    monkeypatch.setattr(gen, "STUDIES", tmp_path / "studies")
+    assert gen.main(["--check"]) == 1
+    assert "studies/x/params.yaml, studies/x/dvc.yaml" in capsys.readouterr().err
+    assert gen.main([]) == 0 and gen.main(["--check"]) == 0
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text().replace("n_test: 1000", "n_test: 999"))
+    assert gen.main(["--check"]) == 1  # a root change makes the study stale
+    assert "n_test: 999" in gen.render("x")[folder / "params.yaml"]
+
+
+def test_bad_spec_is_one_line(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "studies" / "x"
+    folder.mkdir(parents=True)
+    for name in ("params.yaml", "dvc.yaml"):
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    monkeypatch.setattr(gen, "STUDIES", tmp_path / "studies")
+    (folder / "study.yaml").write_text("stages: [generate, nope]\n")
+    assert gen.main(["x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: studies/x/study.yaml: 'stages' names unknown stage(s) nope (the root dvc.yaml "
+                          "has: generate, train, ") and err.count("\n") == 1
+    (folder / "study.yaml").write_text("stages: [generate]\nparams: {grid.tasks.x: 1}\n")
+    assert gen.main(["x"]) == 2
+    assert "'params.grid.tasks.x' names no section of the root params.yaml" in capsys.readouterr().err
+
+
+def test_scale_study_rewrites_paths_for_its_folder():
+    folder = ROOT / "studies" / "scale"
+    dvc = yaml.safe_load((folder / "dvc.yaml").read_text())
+    root = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    assert list(dvc["stages"]) == ["generate", "train", "extract", "measure", "events", "landscape"]
+    for name, stage in dvc["stages"].items():
+        assert stage["cmd"] == "PYTHONPATH=../.. " + root["stages"][name]["cmd"]
+        for dep in stage["deps"]:
+            if dep.startswith("../../"):
+                assert (folder / dep).resolve().exists(), dep  # code: the root's files
+            else:
+                assert dep.split("/")[0] == "data"
+        for out in stage["outs"]:
+            path = next(iter(out)) if isinstance(out, dict) else out
+            assert path.split("/")[0] in gen.OUTPUT_ROOTS  # written inside the study's folder
+    events = dvc["stages"]["events"]
+    assert "data/pythia/accuracy" not in events["deps"] and "data/landscape" in events["deps"]
+    assert not any(str(p).startswith("pythia") for p in events["params"])  # the study has no pythia section
+    spec = yaml.safe_load((folder / "study.yaml").read_text())
+    assert dvc["stages"]["landscape"]["matrix"] == spec["matrix"]["landscape"]
+    assert dvc["plots"] == root["plots"]
+    params = load_typed_params(folder / "params.yaml")  # the schema accepts it
+    assert params.pythia is None and params.grid.models == spec["params"]["grid.models"]
+    assert len(params.grid.tasks) * len(params.grid.levels) >= 8 and len(params.grid.seeds) >= 2
+
+
+def _run(cmd, cwd, **kw):
+    proc = subprocess.run(cmd, cwd=cwd, env={**dvc_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, **kw)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+TOY = """\
+stages: [generate, train, extract, measure, landscape, events]
+params:
+  grid.tasks: [copy, reverse, mod]
+  grid.levels: [easy]
+  grid.models: [p100k, p405k]
+  grid.seeds: [0]
+  runtime.threads: 1
+  datasets.n_train: 256
+  datasets.n_test: 64
+  train.defaults.steps: 12
+  train.defaults.batch_size: 64
+  train.defaults.n_checkpoints: 6
+  train.defaults.eval_train_max: 64
+  train.defaults.device: cpu
+  train.tasks.copy.easy: {}
+  train.tasks.reverse.easy: {}
+  train.tasks.mod.easy: {}
+  tasks.mod.easy: {modulus: 11, train_fraction: 0.5, op: add}
+  extract.probe_size: 48
+  events.bootstrap.resamples: 50
+  landscape.max_checkpoints: 3
+  landscape.workers: 1
+  landscape.grad.samples: 8
+  landscape.grad.chunk: 8
+  landscape.hessian.samples: 8
+  landscape.hessian.maxiter: 5
+  landscape.llc.samples: 32
+  landscape.llc.batch_size: 8
+  landscape.llc.draws: 10
+  landscape.llc.burn_in: 2
+  pythia: null
+matrix:
+  landscape: {task: [mod], level: [easy], model: [p100k, p405k], seed: [0]}
+"""
+
+
+def test_toy_study_end_to_end(tmp_path):
+    """A tiny study (3 cells x 2 sizes, 12 steps) reproduced with ``dvc repro studies/toy/dvc.yaml``
+    in a copy of the repository: its outputs land in its own folder, the root pipeline is not run,
+    the cross-scale statistics have a pair of sizes, and studies.diff compares it with the root."""
+    dest = tmp_path / "repo"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout
+    for rel in filter(None, files.split("\0")):
+        if rel.endswith("dvc.lock") or rel.startswith(("data/", "studies/scale/data/")) or not (ROOT / rel).is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes((ROOT / rel).read_bytes())
+    (dest / "studies" / "toy").mkdir()
+    (dest / "studies" / "toy" / "study.yaml").write_text(TOY)
+    (dest / "studies" / "toy" / ".gitignore").write_text("/data/\n")
+    _run([sys.executable, "-m", "studies.generate", "toy"], dest)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    _run(["git", "init", "-q"], dest)
+    _run(["git", "add", "-A"], dest)
+    _run([*git, "commit", "-q", "-m", "copy"], dest)
+    _run([sys.executable, "-m", "dvc", "repro", "studies/toy/dvc.yaml"], dest, timeout=900)
+    study = dest / "studies" / "toy"
+    assert parse_status(_run([sys.executable, "-m", "dvc", "status", "--json", "studies/toy/dvc.yaml"], dest)) == set()
+    assert (study / "dvc.lock").is_file() and not (dest / "dvc.lock").exists() and not (dest / "data").exists()
+    assert sorted(p.name for p in (study / "data" / "landscape").iterdir()) == ["mod-easy-p100k-s0.csv",
+                                                                               "mod-easy-p405k-s0.csv"]
+    summary = json.loads((study / "metrics" / "summary.json").read_text())
+    assert summary["runs"] == 6
+    scale = json.loads((study / "data" / "events" / "cross_scale.json").read_text())
+    assert list(scale["pairs"]) == ["p100k__p405k"] and scale["pairs"]["p100k__p405k"]["cells"] == 3
+    assert "p100k" in (study / "metrics" / "paper.md").read_text()
+    out = _run([sys.executable, "-m", "studies.diff", "toy", "--params"], dest)
+    assert "grid.models" in out and "['p100k', 'p405k']" in out and "train.defaults.steps" in out
+    # the root's committed metrics/summary.json on the left, the study's on the right
+    out = _run([sys.executable, "-m", "studies.diff", "toy", "--metrics", "--all"], dest)
+    assert "metrics/summary.json" in out and "runs" in out and "toy" in out.splitlines()[0]
