@@ -12,7 +12,7 @@ where present) for every run of the grid in params.yaml and writes
   ``data/events/cross_scale.csv``: the cross-scale statistics as a flat table;
   ``data/events/levels.json``: every per-level statistic with its 95% interval, per measure, and the
   verdict of each configuration; ``data/events/cross_scale.json``: the cross-scale statistics;
-* ``metrics/summary.json``: the ten numbers ``dvc metrics show`` / ``dvc exp show`` read (verdict
+* ``metrics/summary.json``: the few numbers ``dvc metrics show`` / ``dvc exp show`` read (verdict
   counts, precursor shares per grouping, acquired runs); ``metrics/paper.csv`` and
   ``metrics/paper.md``: this run next to the paper's headline claims, with the verdict rule;
 * ``plots/sensitivity/{threshold,resolution}.csv``: precursor rate per level against the rule's
