@@ -22,6 +22,10 @@ where present) for every run of the grid in params.yaml and writes
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import itertools
 from dataclasses import dataclass
 

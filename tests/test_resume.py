@@ -12,7 +12,7 @@ import yaml
 from stages import generate, paths, train
 from stages.io.checkpoints import listed_steps, step_file
 from stages.params import validate_params
-from stages.training import loop
+from stages.training import loop, resume
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK, LEVEL, MODEL, SEED = "copy", "easy", "p405k", 0
@@ -163,7 +163,7 @@ def test_other_errors_are_not_swallowed(params, monkeypatch):
     def boom(*args, **kwargs):
         raise MemoryError("not a torn file")
 
-    monkeypatch.setattr(loop, "load_file", boom)
+    monkeypatch.setattr(resume, "load_file", boom)
     with pytest.raises(MemoryError):
         train.run(TASK, LEVEL, MODEL, SEED, params, progress=False)
 
