@@ -75,7 +75,7 @@ def test_the_first_exp_show_recipe_fits_200_columns(tmp_path):
     lines = [l for l in table.splitlines() if l.strip()]
     assert max(len(l) for l in lines) <= 200 and "…" not in table, table
     header = lines[1]
-    for column in ("tasks.mod.hard.modulus", "grid.seeds", "acquired_runs", "precursor_hard_level"):
+    for column in ("tasks.mod.hard.modulus", "grid.seeds", "acquired_runs", "precursor_hard_lvl"):
         assert column in header, header
     assert "stages/" not in table and "Created" not in header
     rows = {l.split()[0]: l for l in lines[3:-1]}
