@@ -80,6 +80,9 @@ def test_the_first_exp_show_recipe_fits_200_columns(tmp_path):
     assert "stages/" not in table and "Created" not in header
     rows = {l.split()[0]: l for l in lines[3:-1]}
     assert len(rows) == 3 and "113" in table and "[0, 1, 2, 3]" in table
+    metrics = doc_commands("dvc metrics show")[0]
+    shown = sh(shlex.split(metrics), repo, COLUMNS="200")
+    assert max(len(l) for l in shown.splitlines()) <= 200 and "acquired_runs" in shown, shown
 
 
 def test_a_colleague_pulls_instead_of_recomputing(tmp_path):
