@@ -22,6 +22,10 @@ where present) for every run of the grid in params.yaml and writes
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import itertools
 from dataclasses import dataclass
 
@@ -141,7 +145,7 @@ def events(params: Params) -> dict:
                    "precursor": r["precursor"]} for r in set_rows}}
     sets = pd.DataFrame(set_rows)
     paper = compare(rows, s.measure, scale, sets, s.resamples, s.bootstrap_seed)
-    summary = summary_metrics(paper, rows, s.measure)
+    summary = summary_metrics(paper, rows, s.measure, scale)
     write_csv(rows, EVENTS_DIR / "runs.csv")
     write_csv(pd.DataFrame(layer_rows), EVENTS_DIR / "layers.csv")
     write_csv(cells, EVENTS_DIR / "cells.csv")

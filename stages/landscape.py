@@ -43,6 +43,10 @@ as an event.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager

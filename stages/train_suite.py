@@ -12,6 +12,10 @@ the previous revision, the last batch's loss, the learning rate) go through DVCL
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import json
 import math
 from pathlib import Path

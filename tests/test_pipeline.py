@@ -39,7 +39,7 @@ def test_tiny_pipeline_end_to_end(measured_workdir):
 
     metrics = json.loads((paths.DATA / "events" / "levels.json").read_text())
     summary = json.loads((paths.METRICS / "summary.json").read_text())
-    assert summary["runs"] == 1 and summary["precursor_easy_level"] in (0.0, 1.0, "n/a")  # flat: one screen
+    assert summary["runs"] == 1 and summary["precursor_easy_lvl"] in (0.0, 1.0, "n/a")  # flat: one screen
     assert all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in summary.values())  # no null
     paper = pd.read_csv(paths.METRICS / "paper.csv")
     assert set(paper["verdict"]) <= {"consistent", "not reproduced", "inconclusive", "not measurable", "no paper value"}
