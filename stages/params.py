@@ -224,7 +224,7 @@ def _list(item, what: str, distinct: bool = False, extra=None):
                 out.append(item(entry))
             except PydanticCustomError as exc:
                 ctx = dict(exc.context or {})
-                if exc.type == "choice":  # as stages.config.grid_settings words it
+                if exc.type == "choice":  # 'unknown entry' names the list's key
                     raise PydanticCustomError("entry", "unknown entry {shown}", {**ctx, "shown": repr(entry)}) from None
                 ctx["at"] = f"[{i}]"
                 raise PydanticCustomError(exc.type, exc.message_template, ctx) from None
