@@ -6,6 +6,10 @@ memory stays flat however many checkpoints there are.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import json
 
 import numpy as np

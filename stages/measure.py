@@ -10,6 +10,10 @@ and RankMe of the last layer relative to its value at the first checkpoint).
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import numpy as np
 import pandas as pd
 import torch

@@ -19,6 +19,10 @@ Writes, for run ``pythia-lm-<model>``:
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import json
 
 import numpy as np

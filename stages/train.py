@@ -8,6 +8,10 @@ A crashed run keeps its partial directory and resumes from its last checkpoint.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import os
 import shutil
 import time

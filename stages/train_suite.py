@@ -12,12 +12,14 @@ the previous revision, the last batch's loss, the learning rate) go through DVCL
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a stage process: its environment before numpy and torch load (stages/runtime.py)
+    from stages.runtime import prepare
+    prepare()
+
 import json
 import math
 from pathlib import Path
 
-import torch
-from tqdm import tqdm
 from transformers.utils import logging as hf_logging
 
 from stages.cli import stage_arguments
@@ -29,18 +31,14 @@ from stages.pythia import local_hub, suite
 from stages.pythia.settings import section
 from stages.runtime import set_threads
 from stages.training.live import curve_log
+from stages.training.loop import make_optimizer, optimizer_step, run_steps, set_lr
+from stages.training.schedule import warmup_cosine_factor
 
 PROFILE = "local"  # the suite trains the models of this profile, whichever profile is active
 KEY = f"pythia.profiles.{PROFILE}"
 LIVE_DIR = Path("dvclive/pythia-suite")
 
 hf_logging.disable_progress_bar()  # one tqdm bar per stage, not one per saved or loaded file
-
-
-def lr_factor(step: int, steps: int, warmup: int, min_lr_ratio: float) -> float:
-    """Multiplier of ``lr`` for update ``step``: linear warm-up times a cosine from 1 to ``min_lr_ratio``."""
-    return min(1.0, (step + 1) / max(1, warmup)) * (
-        min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / steps))))
 
 
 def without_library_version(directory) -> None:
@@ -60,7 +58,6 @@ def train_model(model_name: str, pythia: Pythia, cache_dir: Path, progress: bool
     (:func:`stages.training.live.curve_log`), if given, gets the training curves at every saved revision."""
     cfg = pythia.suite_model(model_name, PROFILE)
     local = pythia.profiles[PROFILE]
-    lr = cfg.lr
     repo = local.repo_id(model_name)
     steps = cfg.steps
     save_at = dict(zip(local.steps(), local.revisions))
@@ -69,10 +66,7 @@ def train_model(model_name: str, pythia: Pythia, cache_dir: Path, progress: bool
                             f"'{KEY}.train.{model_name}.steps' = {steps}")
     tokenizer = suite.build_tokenizer()
     model = suite.build_model(tokenizer, cfg.model_dump(), cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
-                            fused=True)  # square roots off MKL's vector math (stages/numerics.py)
-    warmup, floor, clip = cfg.warmup, cfg.min_lr_ratio, cfg.grad_clip
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup, floor))
+    opt = make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas, decay_vectors=True)
     data = suite.batches(tokenizer, cfg.seed, cfg.batch_size, cfg.seq_len, cfg.mixture)
 
     def publish(revision):
@@ -84,29 +78,29 @@ def train_model(model_name: str, pythia: Pythia, cache_dir: Path, progress: bool
 
     commits = {}
     losses: list[float] = []  # batch losses since the last saved revision
-    last_lr = opt.param_groups[0]["lr"]  # of the latest update (at step 0: of the first)
-    model.train()
-    for step in tqdm(range(steps + 1), desc=f"train_suite {model_name}", disable=not progress, mininterval=2):
-        if step in save_at:
-            model.eval()
-            commits[save_at[step]] = publish(save_at[step])
-            model.train()
-            if log is not None:
-                log(step, {"train/loss": math.fsum(losses) / len(losses) if losses else math.nan,
-                           "train/batch_loss": losses[-1] if losses else math.nan, "lr": last_lr})
-            losses = []
-        if step == steps:
-            break
+    last_lr = cfg.lr * warmup_cosine_factor(0, steps, cfg.warmup, cfg.min_lr_ratio)  # at step 0: the first update's
+    loss = None
+
+    def checkpoint(step: int) -> None:
+        nonlocal losses
+        model.eval()
+        commits[save_at[step]] = publish(save_at[step])
+        model.train()
+        if log is not None:
+            log(step, {"train/loss": math.fsum(losses) / len(losses) if losses else math.nan,
+                       "train/batch_loss": losses[-1] if losses else math.nan, "lr": last_lr})
+        losses = []
+
+    def update(step: int) -> None:
+        nonlocal last_lr, loss
+        last_lr = cfg.lr * warmup_cosine_factor(step, steps, cfg.warmup, cfg.min_lr_ratio)
+        set_lr(opt, last_lr)
         batch = next(data)
-        loss = model(input_ids=batch, labels=batch).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        last_lr = opt.param_groups[0]["lr"]
-        opt.step()
-        schedule.step()
+        loss = optimizer_step(model, opt, model(input_ids=batch, labels=batch).loss, cfg.grad_clip)
         losses.append(float(loss.detach()))
+
+    model.train()
+    run_steps(steps, save_at, update, checkpoint, progress=progress, desc=f"train_suite {model_name}")
     return {"repo_id": repo, "commits": commits, "final_loss": float(loss.detach())}
 
 

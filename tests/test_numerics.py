@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLAGS = cpu_flags()
 HAS_AVX2 = FLAGS is not None and {"avx2", "fma"} <= FLAGS
 ON_PINNED_MKL = HAS_AVX2 and torch.backends.mkl.is_available()
-PIN_VARS = (*numerics.VARIABLES, "ANATOMY_CPU_PATHS")
+PIN_VARS = (*numerics.VARIABLES, "ANATOMY_CPU_PATHS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 PINNED = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
           "NPY_DISABLE_CPU_FEATURES": numerics.NUMPY_DISABLED, "OPENBLAS_CORETYPE": "Haswell"}
@@ -88,15 +88,25 @@ OWN_PATHS = ("import json, torch; from stages.numerics import in_effect; "
              "print(json.dumps({**in_effect(), 'mode': 'native', 'threads': 1}, sort_keys=True))")
 
 
+def _stage(tmp_path, mode: str, **extra) -> dict:
+    out = _python("-m", "stages.runtime", "--params", _params_file(tmp_path, mode), **extra)
+    assert out.stderr == ""
+    return json.loads(out.stdout)
+
+
 @pytest.mark.skipif(not ON_PINNED_MKL, reason="the pinned paths need an x86 CPU with AVX2 and torch on MKL")
-def test_a_portable_stage_reexecutes_onto_the_pinned_paths(tmp_path):
-    out = _python("-m", "stages.runtime", "--params", _params_file(tmp_path, "portable"))
-    assert json.loads(out.stdout) == {**ON_PINNED, "mode": "portable", "threads": 1} and out.stderr == ""
+def test_a_portable_stage_computes_on_the_pinned_paths(tmp_path):
+    """Set before numpy and torch load (stages.runtime.prepare at the top of the stage module): no re-exec."""
+    assert _stage(tmp_path, "portable") == {**ON_PINNED, "mode": "portable", "threads": 1,
+                                            "environment": {**PINNED, "OMP_WAIT_POLICY": "PASSIVE"}}
 
 
 def test_a_native_stage_keeps_the_cpus_own_paths(tmp_path):
-    out = _python("-m", "stages.runtime", "--params", _params_file(tmp_path, "native"))
-    assert out.stdout == _python("-c", OWN_PATHS).stdout and out.stderr == ""
+    own = json.loads(_python("-c", OWN_PATHS).stdout)
+    assert _stage(tmp_path, "native") == {**own, "environment": {"OMP_WAIT_POLICY": "PASSIVE"}}
+    # OpenMP's waiting as the environment chooses it
+    assert _stage(tmp_path, "native", OMP_WAIT_POLICY="ACTIVE")["environment"] == {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert _stage(tmp_path, "native", GOMP_SPINCOUNT="1000")["environment"] == {"GOMP_SPINCOUNT": "1000"}
 
 
 @pytest.mark.skipif(not ON_PINNED_MKL, reason="the pinned paths need an x86 CPU with AVX2 and torch on MKL")
@@ -113,21 +123,30 @@ def test_portable_in_process_after_numpy_says_so(tmp_path):
     assert late.stderr.count("\n") == 1
 
 
-def test_enter_portable_reexecutes_a_stage_once(monkeypatch):
+def test_a_stage_without_prepare_reexecutes_once(monkeypatch, repo_params):
+    """A stage entry whose environment lacks what stages.runtime.process_environment asks for (numpy
+    loaded before stages.runtime.prepare could act) re-executes itself, once, with it set."""
     from stages import runtime
+    from stages.params import validate_params
 
     calls = []
     execv = lambda path, argv, env: calls.append((path, argv, env))  # noqa: E731
     monkeypatch.setattr(runtime, "pinned_environment", lambda: PINNED)
     monkeypatch.setattr(runtime, "is_stage_entry", lambda: True)
-    assert runtime.enter_portable({"PATH": "/bin"}, execv) == PINNED
+    portable = validate_params({**repo_params, "runtime": {"threads": 1, "cpu_paths": "portable"}})
+    native = validate_params({**repo_params, "runtime": {"threads": 1, "cpu_paths": "native"}})
+    runtime.enter(portable, {"PATH": "/bin"}, execv)
+    runtime.enter(native, {"PATH": "/bin"}, execv)
     assert calls == [(sys.executable, [sys.executable, *sys.orig_argv[1:]],
-                      {"PATH": "/bin", **PINNED, "ANATOMY_CPU_PATHS": "portable"})]
+                      {"PATH": "/bin", **PINNED, "OMP_WAIT_POLICY": "PASSIVE", "ANATOMY_CPU_PATHS": "portable"}),
+                     (sys.executable, [sys.executable, *sys.orig_argv[1:]],
+                      {"PATH": "/bin", "OMP_WAIT_POLICY": "PASSIVE", "ANATOMY_CPU_PATHS": "native"})]
     calls.clear()
-    runtime.enter_portable({**PINNED}, execv)  # already pinned
-    runtime.enter_portable({"ANATOMY_CPU_PATHS": "portable"}, execv)  # re-executed once already: no loop
+    runtime.enter(portable, {**PINNED, "OMP_WAIT_POLICY": "PASSIVE"}, execv)  # all set already
+    runtime.enter(native, {"OMP_WAIT_POLICY": "ACTIVE"}, execv)  # the environment's own choice
+    runtime.enter(portable, {"ANATOMY_CPU_PATHS": "portable"}, execv)  # re-executed once already: no loop
     monkeypatch.setattr(runtime, "is_stage_entry", lambda: False)
-    runtime.enter_portable({"PATH": "/bin"}, execv)  # in-process: cannot re-execute
+    runtime.enter(portable, {"PATH": "/bin"}, execv)  # in-process: cannot re-execute
     assert calls == []
 
 
@@ -227,7 +246,7 @@ print("PHASE done", flush=True)
 HVP = """
 import torch
 from stages.runtime import pin_threads
-from stages.measures.hessian import hessian_top_eigenvalues
+from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.models.gpt import GPT, GPTConfig
 from stages.training.loop import answer_loss
 pin_threads(2, portable=True)
@@ -235,7 +254,7 @@ print("PHASE update", flush=True)
 torch.manual_seed(0)
 model = GPT(GPTConfig(vocab_size=19, block_size=16, n_layer=2, n_head=4, d_model=64), portable_ops=True)
 batch = torch.randint(0, 19, (8, 16))
-hessian_top_eigenvalues(model, lambda m: answer_loss(m, batch, 8), k=1, maxiter=5)
+hessian_top_eigenvalues_repeated(model, lambda m: answer_loss(m, batch, 8), k=1, maxiter=5, repeats=1)
 print("PHASE done", flush=True)
 """
 # the offline Pythia suite's model (transformers' GPT-NeoX: rotary tables) as stages/train_suite.py steps it

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from stages import events, generate, paths, train
-from stages.io.checkpoints import listed_steps, step_file
+from checkpoint_helpers import listed_steps
+from stages.io.checkpoints import step_file
 
 RUN = "copy-easy-p405k-s0"
 ARGS = ["--task", "copy", "--level", "easy"]
@@ -38,7 +39,7 @@ def test_tiny_pipeline_end_to_end(measured_workdir):
 
     metrics = json.loads((paths.DATA / "events" / "levels.json").read_text())
     summary = json.loads((paths.METRICS / "summary.json").read_text())
-    assert summary["runs"] == 1 and summary["precursor_easy_level"] in (0.0, 1.0, "n/a")  # flat: one screen
+    assert summary["runs"] == 1 and summary["precursor_easy_lvl"] in (0.0, 1.0, "n/a")  # flat: one screen
     assert all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in summary.values())  # no null
     paper = pd.read_csv(paths.METRICS / "paper.csv")
     assert set(paper["verdict"]) <= {"consistent", "not reproduced", "inconclusive", "not measurable", "no paper value"}

@@ -15,6 +15,7 @@ from stages.tasks import LEVELS
 from stages.train import resolve_train_params
 from stages.training.live import TRAIN_METRICS, curve_log, history_logger
 from stages.training.loop import TrainConfig
+from stages.training.schedule import warmup_cosine_factor
 from stages.training.loop import train as train_loop
 from pythia_helpers import pythia_params
 
@@ -195,8 +196,8 @@ def test_train_suite_settings_come_from_params_and_curves_are_logged(repo_params
     assert list(lr["step"]) == [0, 2, 4]  # the revisions step0, step2, step4
     base = local["train"]["tiny"]["lr"]
     # lr of the latest update: 0 -> update 0, 2 -> update 1, 4 -> update 3 (warm-up 2, cosine to 0.25)
-    assert lr["lr"].tolist() == pytest.approx([base * train_suite.lr_factor(s, 4, 2, 0.25) for s in (0, 1, 3)])
-    assert train_suite.lr_factor(3, 4, 2, 0.25) > 0.25 and train_suite.lr_factor(4, 4, 2, 0.25) == pytest.approx(0.25)
+    assert lr["lr"].tolist() == pytest.approx([base * warmup_cosine_factor(s, 4, 2, 0.25) for s in (0, 1, 3)])
+    assert warmup_cosine_factor(3, 4, 2, 0.25) > 0.25 and warmup_cosine_factor(4, 4, 2, 0.25) == pytest.approx(0.25)
     loss = read_tsv(live / "train" / "loss.tsv")
     assert list(loss["step"]) == [2, 4] and loss["loss"].notna().all()
     for key, value in (("betas", [0.9, 1.0]), ("weight_decay", -1), ("grad_clip", "x"), ("min_lr_ratio", 2)):

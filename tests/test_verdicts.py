@@ -149,7 +149,7 @@ def test_one_model_size_cross_scale_not_measurable_and_groupings():
     md = markdown(t)
     assert "not measurable (needs two model sizes" in md and "Clopper-Pearson" in md and "Verdicts: " in md
     summary = summary_metrics(t, rows, "rankme_centred")
-    assert summary["precursor_hard_tasks"] == 1.0 and summary["precursor_hard_level"] == 0.5
+    assert summary["precursor_hard_cls"] == 1.0 and summary["precursor_hard_lvl"] == 0.5
     assert summary["runs"] == summary["acquired_runs"] == 12
     assert sum(summary[k.replace(" ", "_")] for k in V.VERDICTS) == int(t["verdict"].isin(V.VERDICTS).sum())
     shift = row(t, "first-update mean shift (p405k)")
@@ -163,7 +163,7 @@ def test_missing_inputs_are_not_measurable_never_a_number():
     r = row(t, "precursor", "level hard", "centred RankMe")
     assert r["verdict"] == V.NOT_MEASURABLE and r["this_run"] == "-" and "level hard" in r["needs"]
     assert row(t, "LLC is not a precursor")["verdict"] == V.NOT_MEASURABLE
-    assert summary_metrics(t, rows, "rankme_centred")["precursor_hard_level"] == "n/a"
+    assert summary_metrics(t, rows, "rankme_centred")["precursor_hard_lvl"] == "n/a"
 
 
 NINE = [(f"t{i}", "hard") for i in range(9)]  # 36 within-level pairs: one short of 37
@@ -242,3 +242,29 @@ def test_every_committed_metrics_and_plots_file_is_a_stage_output():
     stale = [f for f in files if not any((ROOT / f).resolve() == o or o in (ROOT / f).resolve().parents
                                          for o in outs)]
     assert stale == [], f"committed files no stage of dvc.yaml writes: {stale}"
+
+
+def test_summary_carries_cross_scale_numbers_with_two_sizes():
+    acq = {"p405k": [10 * (i + 1) for i in range(9)], "p3m": [20 * (i + 1) for i in range(9)]}
+    rows = event_rows(NINE, models=(("p405k", 405_000), ("p3m", 3_000_000)), acq=acq, rec=acq)
+    cross = cross_scale(rows[rows["measure"] == "rankme_centred"], resamples=R)
+    summary = summary_metrics(compare(rows, "rankme_centred", cross, pd.DataFrame(), resamples=R), rows,
+                              "rankme_centred", cross)
+    assert summary["rho_acq_p405k_p3m"] == 1.0 and summary["concordance_p405k_p3m"] == 1.0
+    one = event_rows(NINE, acq={"p405k": acq["p405k"]}, rec={"p405k": acq["p405k"]})
+    assert not any(k.startswith("rho_") for k in summary_metrics(table(one), one, "rankme_centred",
+                                                                 cross_scale(one, resamples=R)))
+
+
+def test_the_pythia_stand_in_is_not_a_model_size():
+    from stages.analysis.paper import model_sizes
+
+    cells = [("copy", "easy"), ("mod", "easy"), ("mod", "hard")]
+    rows = event_rows(cells, acq={"p405k": [15, 100, 300]}, rec={"p405k": [5, 30, 140]})
+    pythia = event_rows([("pythia", "lm")], models=(("tiny", 100_000),), acq={"tiny": [384]}, rec={"tiny": [768]})
+    both = pd.concat([rows, pythia], ignore_index=True)
+    assert cross_scale(both[both["measure"] == "rankme_centred"], resamples=R)["pairs"]  # would pair tiny with p405k
+    assert cross_scale(model_sizes(both[both["measure"] == "rankme_centred"]), resamples=R)["pairs"] == {}
+    t = compare(both, "rankme_centred", cross_scale(model_sizes(both), resamples=R), pd.DataFrame(), resamples=R)
+    assert row(t, "collapse is top-down (p405k)", measure="raw RankMe (paper's)")["n"] == "3 configs, 3 runs"
+    assert not t["claim"].str.contains("tiny").any()  # never pooled, never a size

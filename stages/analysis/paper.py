@@ -39,6 +39,11 @@ GROUPINGS = {  # label -> (how to select the rows, which class)
 }
 
 
+def model_sizes(rows: pd.DataFrame) -> pd.DataFrame:
+    """The runs that compare model sizes: the algorithmic ones (the Pythia stand-in is not a size)."""
+    return rows[rows["task"] != PYTHIA_TASK]
+
+
 def _row(claim, measure, grouping, paper, est, verdict, rule, how, percent=True) -> dict:
     measurable = verdict != V.NOT_MEASURABLE
     return {"claim": claim, "measure": measure, "grouping": grouping, "paper": paper,
@@ -268,20 +273,30 @@ def _pythia_rows(pythia_sets: pd.DataFrame) -> list[dict]:
 NA = "n/a"  # DVC leaves JSON nulls out of its tables: a value that cannot be computed is this string
 
 
-def summary_metrics(paper: pd.DataFrame, rows: pd.DataFrame, primary: str) -> dict:
+def summary_metrics(paper: pd.DataFrame, rows: pd.DataFrame, primary: str, cross: dict | None = None) -> dict:
     """The few numbers ``dvc metrics show`` prints on one screen, flat and self-explanatory:
-    how many claims got each verdict, the precursor share of ``primary`` in each grouping (acquired
-    algorithmic runs with a decided verdict; ``n/a`` when there are none) and how many runs acquired."""
+    how many claims got each verdict, the precursor share of ``primary`` in each grouping
+    (``precursor_<class>_lvl``: by level, ``precursor_<class>_cls``: by the paper's task classes;
+    acquired algorithmic runs with a decided verdict; ``n/a`` when there are none), how many runs
+    acquired and, with two or more model sizes, per pair of sizes the Spearman rho of the acquisition
+    step and the overall timing concordance (``rho_acq_<small>_<large>``, ``concordance_<small>_<large>``)."""
     counts = V.counts(paper["verdict"])
     out = {k.replace(" ", "_"): v for k, v in counts.items()}  # rows without a paper value are not counted
     algo = rows[(rows["task"] != PYTHIA_TASK) & (rows["measure"] == primary)]
     acquired = algo[algo["acquisition_step"].notna()]
-    for label, select in (("hard_level", lambda r: r["level"] == "hard"), ("easy_level", lambda r: r["level"] == "easy"),
-                          ("hard_tasks", lambda r: r["task"].isin(HARD_TASKS)),
-                          ("easy_tasks", lambda r: ~r["task"].isin(HARD_TASKS))):
+    for label, select in (("hard_lvl", lambda r: r["level"] == "hard"), ("easy_lvl", lambda r: r["level"] == "easy"),
+                          ("hard_cls", lambda r: r["task"].isin(HARD_TASKS)),
+                          ("easy_cls", lambda r: ~r["task"].isin(HARD_TASKS))):
         decided = acquired[select(acquired)]["precursor"].dropna()
         out[f"precursor_{label}"] = round(float(decided.astype(bool).mean()), 3) if len(decided) else NA
     out["runs"], out["acquired_runs"] = int(len(algo)), int(len(acquired))
+    for pair in (cross or {}).get("pairs", {}).values():
+        if not pair.get("cells"):
+            continue
+        name = f"{pair['small']}_{pair['large']}"
+        for key, stat in ((f"rho_acq_{name}", pair["rho"]["acquisition_step"]),
+                          (f"concordance_{name}", pair["concordance"]["acquisition_step"]["all"])):
+            out[key] = NA if stat["value"] is None else round(float(stat["value"]), 3)
     return out
 
 

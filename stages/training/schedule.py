@@ -65,3 +65,10 @@ def lr_at(step: int, base_lr: float, total: int, warmup: int, schedule: str, min
     if schedule == "cosine":
         return floor + (base_lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
     return floor + (base_lr - floor) * (1 - progress)
+
+
+def warmup_cosine_factor(step: int, steps: int, warmup: int, min_lr_ratio: float) -> float:
+    """The offline Pythia suite's multiplier of ``lr`` for update ``step``: linear warm-up times a cosine
+    from 1 to ``min_lr_ratio`` over the whole run (the warm-up is not taken out of the cosine's span)."""
+    return min(1.0, (step + 1) / max(1, warmup)) * (
+        min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / steps))))
