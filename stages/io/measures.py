@@ -41,14 +41,16 @@ def _steps_text(steps) -> str:
     return ", ".join(map(str, steps)) if len(steps) <= 6 else f"{', '.join(map(str, steps[:6]))}, ... ({len(steps)})"
 
 
-def read_measures(path: str | os.PathLike, expected_steps=None) -> pd.DataFrame:
+def read_measures(path: str | os.PathLike, expected_steps=None, chance_corrected: bool = False) -> pd.DataFrame:
     """One run's measures table, validated.
 
     Columns ``step``, ``layer``, ``rankme``, ``test_acc`` and ``n_params`` must exist and hold numbers:
     ``step``, ``layer`` and ``n_params`` in every row, whole and non-negative; ``rankme`` and
     ``test_acc`` finite where present (an empty cell is NaN: a layer whose states do not vary).
     Every step must have the same set of layers, each once. With ``expected_steps`` (e.g. the
-    checkpoint manifest's steps) the table's steps must be exactly those. Returns the frame with
+    checkpoint manifest's steps) the table's steps must be exactly those. ``chance_corrected``: ``test_acc``
+    is chance-corrected (in [-1, 1]) whatever the run is called (the monitor's tables of any causal LM,
+    scored on the Pythia evaluation sets). Returns the frame with
     those columns as numbers (``step``, ``layer``, ``n_params`` int64)."""
     path = Path(path)
     frame = read_csv(path, full_rows=True)
@@ -58,7 +60,7 @@ def read_measures(path: str | os.PathLike, expected_steps=None) -> pd.DataFrame:
     for column in ("rankme", "test_acc"):
         frame[column] = numeric_column(frame, column, path, finite=True)
 
-    _check_measure_values(frame, path)
+    _check_measure_values(frame, path, chance_corrected)
     duplicated = frame.duplicated(["step", "layer"])
     if duplicated.any():
         row = frame[duplicated].iloc[0]
@@ -89,12 +91,12 @@ def _is_pythia(frame: pd.DataFrame, path: Path) -> bool:
     return bool(runs.str.startswith("pythia-").all())
 
 
-def _check_measure_values(frame: pd.DataFrame, path: Path) -> None:
+def _check_measure_values(frame: pd.DataFrame, path: Path, chance_corrected: bool = False) -> None:
     """Values a measures row cannot take. ``test_acc``: exact match in [0, 1]; a Pythia run's is
     chance-corrected, in [-1, 1]. ``probe_acc`` in [0, 1]. ``rankme`` and ``rankme_centred`` in
     [1, dim] (``dim``: the hidden size, where the table has it); ``rankme_centred`` present wherever
     ``varies`` says the layer's states vary."""
-    low = -1.0 if _is_pythia(frame, path) else 0.0
+    low = -1.0 if chance_corrected or _is_pythia(frame, path) else 0.0
     check_range(frame, "test_acc", path, low, 1.0, f"an accuracy in [{low:g}, 1]")
     for column in ("probe_acc",):
         if column in frame.columns:
