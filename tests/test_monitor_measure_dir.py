@@ -24,7 +24,7 @@ from stages.pythia import local_hub
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 COLUMNS = ["run", "step", "layer", "rankme", "rankme_centred", "mean_dominance", "varies", "probe_acc", "test_acc",
-           "n_params"]
+           "n_params", "dim"]  # as stage measure
 
 
 @pytest.fixture(scope="module")
