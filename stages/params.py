@@ -224,7 +224,7 @@ def _list(item, what: str, distinct: bool = False, extra=None):
                 out.append(item(entry))
             except PydanticCustomError as exc:
                 ctx = dict(exc.context or {})
-                if exc.type == "choice":  # as stages.config.grid_settings words it
+                if exc.type == "choice":  # 'unknown entry' names the list's key
                     raise PydanticCustomError("entry", "unknown entry {shown}", {**ctx, "shown": repr(entry)}) from None
                 ctx["at"] = f"[{i}]"
                 raise PydanticCustomError(exc.type, exc.message_template, ctx) from None
@@ -776,7 +776,9 @@ class Landscape(Section):
     grad: Grad
     hessian: Hessian
     llc: LLC
-    memory_gb: PosFloat = 8.0  # refuse a run whose estimated memory (all workers) exceeds this (stages/landscape.py)
+    # refuse a run whose estimated peak memory (all workers) exceeds this many GiB (stages/landscape.py);
+    # auto: 80% of the device's memory (the GPU's, or the machine's RAM on the CPU)
+    memory_gb: Annotated[Union[Literal["auto"], float], PlainValidator(_nbeta)] = "auto"
 
     @model_validator(mode="after")
     def _enough(self):

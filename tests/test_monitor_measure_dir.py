@@ -49,7 +49,7 @@ def test_measures_a_trainer_folder_like_the_pipeline(lm, evals, tmp_path, capsys
     assert sorted(frame["step"].unique()) == [0, 2, 4] and sorted(frame["layer"].unique()) == [0, 1, 2]
     assert frame["test_acc"].notna().all() and frame["probe_acc"].notna().all()
     assert (frame["run"] == "run-a").all() and frame["n_params"].nunique() == 1
-    read_measures(out / "measures" / "run-a.csv", chance_corrected=True)  # the pipeline's validated reader accepts it
+    read_measures(out / "measures" / "run-a.csv")  # the pipeline's validated reader accepts it
     steps = list(iter_steps(out / "hidden" / "run-a.parquet"))
     assert [s for s, _ in steps] == [0, 2, 4]
     assert steps[0][1][2].vectors.shape == (21, 16)  # 7 sets with a context x 3 items, hidden size 16
@@ -57,7 +57,7 @@ def test_measures_a_trainer_folder_like_the_pipeline(lm, evals, tmp_path, capsys
     assert np.allclose(geometry(stack)["rankme"], frame[frame["step"] == 2]["rankme"], rtol=1e-6)
     assert hidden_manifest(out / "hidden" / "run-a.parquet")["n_params"] == int(frame["n_params"].iloc[0])
     events = pd.read_csv(out / "events" / "run-a.csv")
-    rows, _ = run_events(read_measures(out / "measures" / "run-a.csv", chance_corrected=True), Rules(), "last")
+    rows, _ = run_events(read_measures(out / "measures" / "run-a.csv"), Rules(), "last")
     assert list(events["measure"]) == [r["measure"] for r in rows]
     assert (out / "trajectories" / "run-a.csv").is_file() and (out / "events" / "run-a-online.csv").is_file()
     assert "checkpoint-4: step 4" in capsys.readouterr().out

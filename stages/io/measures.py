@@ -12,11 +12,13 @@ centred RankMe where a layer's states vary. docs/reliability.md lists the checks
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from stages.config import LEVELS, TASK_NAMES
 from stages.errors import PipelineError
 from stages.io.tables import (check_checkpoint_count, check_range, check_step_order, numeric_column, read_csv,
                                row_where)
@@ -41,16 +43,14 @@ def _steps_text(steps) -> str:
     return ", ".join(map(str, steps)) if len(steps) <= 6 else f"{', '.join(map(str, steps[:6]))}, ... ({len(steps)})"
 
 
-def read_measures(path: str | os.PathLike, expected_steps=None, chance_corrected: bool = False) -> pd.DataFrame:
+def read_measures(path: str | os.PathLike, expected_steps=None) -> pd.DataFrame:
     """One run's measures table, validated.
 
     Columns ``step``, ``layer``, ``rankme``, ``test_acc`` and ``n_params`` must exist and hold numbers:
     ``step``, ``layer`` and ``n_params`` in every row, whole and non-negative; ``rankme`` and
     ``test_acc`` finite where present (an empty cell is NaN: a layer whose states do not vary).
     Every step must have the same set of layers, each once. With ``expected_steps`` (e.g. the
-    checkpoint manifest's steps) the table's steps must be exactly those. ``chance_corrected``: ``test_acc``
-    is chance-corrected (in [-1, 1]) whatever the run is called (the monitor's tables of any causal LM,
-    scored on the Pythia evaluation sets). Returns the frame with
+    checkpoint manifest's steps) the table's steps must be exactly those. Returns the frame with
     those columns as numbers (``step``, ``layer``, ``n_params`` int64)."""
     path = Path(path)
     frame = read_csv(path, full_rows=True)
@@ -60,7 +60,7 @@ def read_measures(path: str | os.PathLike, expected_steps=None, chance_corrected
     for column in ("rankme", "test_acc"):
         frame[column] = numeric_column(frame, column, path, finite=True)
 
-    _check_measure_values(frame, path, chance_corrected)
+    _check_measure_values(frame, path)
     duplicated = frame.duplicated(["step", "layer"])
     if duplicated.any():
         row = frame[duplicated].iloc[0]
@@ -86,17 +86,22 @@ def read_measures(path: str | os.PathLike, expected_steps=None, chance_corrected
     return frame
 
 
-def _is_pythia(frame: pd.DataFrame, path: Path) -> bool:
+_SMALL_RUN = re.compile(rf"({'|'.join(TASK_NAMES)})-({'|'.join(LEVELS)})-[A-Za-z0-9._-]+-s\d+")
+
+
+def _exact_match(frame: pd.DataFrame, path: Path) -> bool:
+    """A small-model run of the grid (``<task>-<level>-<model>-s<seed>``), whose ``test_acc`` is an
+    exact-match rate; other runs (Pythia, the monitor's) carry a chance-corrected accuracy."""
     runs = frame["run"].astype(str) if "run" in frame.columns else pd.Series([path.stem])
-    return bool(runs.str.startswith("pythia-").all())
+    return bool(runs.map(lambda r: bool(_SMALL_RUN.fullmatch(r))).all())
 
 
-def _check_measure_values(frame: pd.DataFrame, path: Path, chance_corrected: bool = False) -> None:
-    """Values a measures row cannot take. ``test_acc``: exact match in [0, 1]; a Pythia run's is
-    chance-corrected, in [-1, 1]. ``probe_acc`` in [0, 1]. ``rankme`` and ``rankme_centred`` in
+def _check_measure_values(frame: pd.DataFrame, path: Path) -> None:
+    """Values a measures row cannot take. ``test_acc``: a grid run's exact match in [0, 1]; another
+    run's (Pythia, the monitor's) is chance-corrected, in [-1, 1]. ``probe_acc`` in [0, 1]. ``rankme`` and ``rankme_centred`` in
     [1, dim] (``dim``: the hidden size, where the table has it); ``rankme_centred`` present wherever
     ``varies`` says the layer's states vary."""
-    low = -1.0 if chance_corrected or _is_pythia(frame, path) else 0.0
+    low = 0.0 if _exact_match(frame, path) else -1.0
     check_range(frame, "test_acc", path, low, 1.0, f"an accuracy in [{low:g}, 1]")
     for column in ("probe_acc",):
         if column in frame.columns:

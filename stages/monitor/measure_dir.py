@@ -245,7 +245,7 @@ class Measurer:
         if manifest.get("probe_fingerprint") != self.probe.fingerprint:
             raise PipelineError(f"{self.hidden} was measured with another probe set; pass --fresh to start over "
                                 "(or another --out / --run)")
-        frame = read_measures(self.measures, chance_corrected=self.probe.task is None)
+        frame = read_measures(self.measures)
         old = pq.ParquetFile(self.hidden)
         groups = {}
         for i in range(old.num_row_groups):
