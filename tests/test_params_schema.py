@@ -184,7 +184,7 @@ def test_bad_seeds(repo_params, seeds, needle):
 @pytest.mark.parametrize("key,value,needle", [
     ("tasks", ["copy", "copi"], "unknown entry 'copi' in 'grid.tasks' (choose from: copy, reverse"),
     ("levels", ["easy", "insane"], "unknown entry 'insane' in 'grid.levels' (choose from: easy, medium, hard)"),
-    ("models", ["gpt5"], "unknown entry 'gpt5' in 'grid.models' (choose from: p405k"),
+    ("models", ["gpt5"], "unknown entry 'gpt5' in 'grid.models' (choose from: p100k, p405k"),
     ("tasks", ["copy", "copy"], "'grid.tasks' repeats an entry"),
 ])
 def test_bad_grid_entries(repo_params, key, value, needle):
