@@ -762,7 +762,9 @@ class Landscape(Section):
     grad: Grad
     hessian: Hessian
     llc: LLC
-    memory_gb: PosFloat = 8.0  # refuse a run whose estimated memory (all workers) exceeds this (stages/landscape.py)
+    # refuse a run whose estimated peak memory (all workers) exceeds this many GiB (stages/landscape.py);
+    # auto: 80% of the device's memory (the GPU's, or the machine's RAM on the CPU)
+    memory_gb: Annotated[Union[Literal["auto"], float], PlainValidator(_nbeta)] = "auto"
 
     @model_validator(mode="after")
     def _enough(self):

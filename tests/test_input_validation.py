@@ -250,8 +250,15 @@ def test_probe_size_larger_than_the_test_split(workdir):
     write_manifest(paths.checkpoint_dir(RUN), {"model": {"d_model": 128}, "steps": [0], "n_params": 1})
     n_test = pq.read_metadata(paths.dataset_dir("copy", "easy") / "test.parquet").num_rows
     params = set_params(workdir, lambda p: p["extract"].update(probe_size=n_test + 1))
-    with pytest.raises(PipelineError) as exc:
-        extract.extract("copy", "easy", "p405k", 0, validate_params(params).extract, progress=False)
+    with pytest.raises(PipelineError) as exc:  # caught at params time (issue 23) ...
+        validate_params(params)
+    assert one_line(exc) == (f"params.yaml: 'datasets.n_test' = {n_test} is below 'extract.probe_size' = "
+                             f"{n_test + 1} (the probe set is the first {n_test + 1} test examples of "
+                             f"tasks.copy.easy): at least {n_test + 1}")
+    params["extract"]["probe_size"] = n_test
+    cfg = validate_params(params).extract.model_copy(update={"probe_size": n_test + 1})
+    with pytest.raises(PipelineError) as exc:  # ... and against the data read, should they differ
+        extract.extract("copy", "easy", "p405k", 0, cfg, progress=False)
     assert one_line(exc) == (f"'extract.probe_size' = {n_test + 1} exceeds the {n_test} test examples of "
                              "data/datasets/copy-easy/test.parquet")
     assert not paths.hidden_file(RUN).exists()

@@ -11,7 +11,7 @@ from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
 from tests.pythia_helpers import pythia_params
 
 COLUMNS = ["run", "step", "layer", "rankme", "rankme_centred", "mean_dominance", "varies", "probe_acc", "test_acc",
-           "n_params"]
+           "n_params", "dim", "n_checkpoints"]
 
 
 @pytest.fixture

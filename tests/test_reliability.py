@@ -521,10 +521,17 @@ def test_landscape_sizes_and_memory_are_checked_before_compute(repo_params):
     assert refusal(check_fits, validate_params(params).landscape, 4000, "train.parquet", manifest) == (
         "'landscape.grad.samples' = 100000 exceeds the 4000 train examples of train.parquet: at most 4000")
     params["landscape"]["grad"]["samples"] = 4000  # fits the data: 4000 x 405K float32 gradients per worker
+    params["landscape"]["memory_gb"] = 8
     message = refusal(check_fits, validate_params(params).landscape, 4000, "train.parquet", manifest)
-    assert message.startswith("landscape measures need about 12.8 GiB (2 worker(s) x 6.4 GiB") and "over 'landscape.memory_gb' = 8" in message
+    assert message.startswith("landscape measures need about 12.8 GiB (2 worker(s) x 6.4 GiB") and (
+        "over 'landscape.memory_gb' = 8: lower 'landscape.grad.samples'" in message)
     params["landscape"]["memory_gb"] = 16
     check_fits(validate_params(params).landscape, 4000, "train.parquet", manifest)
+    params["landscape"]["memory_gb"] = "auto"  # 80% of this machine's RAM
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    params["landscape"]["workers"] = int(ram / 6.4e9) + 1
+    assert "over 'landscape.memory_gb' = auto (" in refusal(
+        check_fits, validate_params(params).landscape, 4000, "train.parquet", manifest)
     params = copy.deepcopy(repo_params)
     params["landscape"]["llc"]["samples"] = 10_000
     assert "'landscape.llc.samples' = 10000 exceeds the 4000" in refusal(
