@@ -55,6 +55,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
+import torch
 
 from stages import paths
 from stages.analysis.events import acquisition
