@@ -111,9 +111,10 @@ params:
   train.tasks.copy.easy: {}
   train.tasks.reverse.easy: {}
   train.tasks.mod.easy: {}
-  tasks.mod.easy: {modulus: 11, train_fraction: 0.5, op: add}
+  tasks.mod.easy: {modulus: 12, train_fraction: 0.5, op: add}
   extract.probe_size: 48
   events.bootstrap.resamples: 50
+  events.sensitivity.n_checkpoints: [4, 0]
   landscape.max_checkpoints: 3
   landscape.workers: 1
   landscape.grad.samples: 8
