@@ -204,37 +204,6 @@ def run_id(task: str, level: str, model: str, seed: int | None = None) -> str:
     return f"{task}-{level}-{model}-s{positive_int(seed, '--seed', allow_zero=True)}"
 
 
-def seed_list(params: dict) -> list[int]:
-    """``grid.seeds``: a non-empty list of distinct non-negative integers."""
-    seeds = get(params, "grid.seeds")
-    if not isinstance(seeds, list) or not seeds:
-        raise PipelineError(f"'grid.seeds' must be a non-empty list of integers, got {seeds!r}")
-    for s in seeds:
-        positive_int(s, "grid.seeds", allow_zero=True)
-    if len(set(seeds)) != len(seeds):
-        raise PipelineError(f"'grid.seeds' repeats a seed: {seeds!r}")
-    return seeds
-
-
-def grid_settings(params: dict) -> tuple[list[str], list[str], list[str], list[int]]:
-    """Validated ``grid``: ``(tasks, levels, models, seeds)``. Each of ``grid.tasks``, ``grid.levels`` and
-    ``grid.models`` must be a non-empty list of distinct known names (tasks of stages/tasks, levels
-    easy/medium/hard, model presets of stages/models); seeds as :func:`seed_list`. The one-line
-    error names the key and the unknown entry."""
-    out = []
-    for key, known in (("grid.tasks", TASK_NAMES), ("grid.levels", LEVELS), ("grid.models", MODEL_NAMES)):
-        values = get(params, key)
-        if not isinstance(values, list) or not values:
-            raise PipelineError(f"'{key}' must be a non-empty list, got {values!r}")
-        for value in values:
-            if not isinstance(value, str) or value not in known:
-                raise PipelineError(f"unknown entry {value!r} in '{key}' (choose from: {', '.join(known)})")
-        if len(set(values)) != len(values):
-            raise PipelineError(f"'{key}' repeats an entry: {values!r}")
-        out.append(list(values))
-    return out[0], out[1], out[2], seed_list(params)
-
-
 def seed_argument(value: str) -> int:
     """A ``--seed`` command-line value; the error names the option."""
     try:

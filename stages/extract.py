@@ -31,7 +31,6 @@ from stages.training.device import resolve_device
 from stages.training.loop import sequences
 from stages.training.precision import autocast, resolve_precision
 
-POSITIONS = ("first", "all")
 
 
 @torch.no_grad()

@@ -18,13 +18,11 @@ from stages.params import Pythia
 from stages.pythia import hub, settings
 from stages.pythia.paths import manifest_file
 
-VERIFY = ("sha256", "size")
-
 
 def fetch(model: str, cfg: Pythia, progress: bool = True) -> dict:
     """The manifest of ``model`` under the active profile of the ``pythia`` section ``cfg``."""
     src = settings.source(cfg, model)
-    check_hash = cfg.verify == "sha256"  # one of VERIFY: the schema checked it
+    check_hash = cfg.verify == "sha256"  # one of stages.params.VERIFY: the schema checked it
     entries = [hub.fetch_revision(src.repo_id, rev, src.cache_dir, src.offline, check_hash)
                for rev in tqdm(src.revisions, desc=f"fetch {src.repo_id}", disable=not progress)]
     return {"model": model, "profile": src.profile, "repo_id": src.repo_id, "cache_dir": src.cache_dir,

@@ -74,13 +74,13 @@ from stages.measures.grad_rank import effective_rank_cap, gradient_effective_ran
 from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
-from stages.params import Events, Landscape
+from stages.params import LANDSCAPE_MEASURES, Events, Landscape
 from stages.numerics import warm_vector_math
 from stages.runtime import pin_threads, set_threads
 from stages.training.device import resolve_device
 from stages.training.loop import answer_loss, sequences
 
-MEASURES = ("grad_erank", "gradcov_rank", "hessian", "llc")
+MEASURES = LANDSCAPE_MEASURES
 PLOT_COLUMNS = ("grad_erank", "gradcov_rank", "hessian_top1", "llc")
 RISES = ("hessian_top1", "llc")  # measures that rise: followed until they peak
 

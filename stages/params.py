@@ -30,13 +30,14 @@ import math
 import re
 from typing import Annotated, Any, Generic, Literal, Optional, TypeVar, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError, create_model,
+                      model_validator)
 from pydantic_core import PydanticCustomError
 
 from stages.config import LEVELS, MODEL_NAMES, TASK_NAMES
 from stages.errors import PipelineError
 
-# Names the stages define next to their code (importing it here would pull torch into every stage).
+# Names the stages use, declared once here (this module imports no torch); the stages import them.
 LR_SCHEDULES = ("constant", "cosine", "linear")            # stages/training/schedule.py
 MAX_CHECKPOINTS = 256                                      # stages/training/schedule.py
 PRECISIONS = ("auto", "fp32", "bf16")                      # stages/training/precision.py
@@ -224,7 +225,7 @@ def _list(item, what: str, distinct: bool = False, extra=None):
                 out.append(item(entry))
             except PydanticCustomError as exc:
                 ctx = dict(exc.context or {})
-                if exc.type == "choice":  # as stages.config.grid_settings words it
+                if exc.type == "choice":  # 'unknown entry' names the list's key
                     raise PydanticCustomError("entry", "unknown entry {shown}", {**ctx, "shown": repr(entry)}) from None
                 ctx["at"] = f"[{i}]"
                 raise PydanticCustomError(exc.type, exc.message_template, ctx) from None
@@ -414,26 +415,11 @@ class TrainSettings(Section):
         return out
 
 
-class Overrides(Section):
-    """Overrides of ``train.defaults``: any of its keys, all optional."""
-
-    steps: OptPosInt = None
-    lr: OptPosFloat = None
-    weight_decay: OptNonNegFloat = None
-    batch_size: OptPosInt = None
-    warmup: OptNonNegInt = None
-    schedule: Annotated[Optional[Literal["constant", "cosine", "linear"]], choice(*LR_SCHEDULES)] = None
-    min_lr_ratio: OptFraction = None
-    betas: Annotated[Optional[tuple[float, float]], PlainValidator(_betas)] = None
-    grad_clip: OptNonNegFloat = None
-    dropout: OptFraction = None
-    device: Annotated[Optional[str], PlainValidator(_device)] = None
-    n_checkpoints: Annotated[Optional[int], PlainValidator(_n_checkpoints)] = None
-    log_fraction: OptFraction = None
-    log_until: OptFraction = None
-    eval_batch_size: OptPosInt = None
-    eval_train_max: OptPosInt = None
-    precision: Annotated[Optional[Literal["auto", "fp32", "bf16"]], choice(*PRECISIONS)] = None
+# Overrides of ``train.defaults``: any of its keys, with its type and range, all optional (absent = not
+# overridden; an explicit null is an error, as for the defaults' optional keys).
+Overrides = create_model("Overrides", __base__=Section, __doc__="Overrides of ``train.defaults``: any of its keys, all optional.",
+                         **{name: (Annotated[(field.annotation, *field.metadata)], None)
+                            for name, field in TrainSettings.model_fields.items()})
 
 
 class TaskOverrides(Section):

@@ -1,3 +1,10 @@
+import os
+
+# Before anything loads torch's OpenMP runtime: idle OpenMP threads sleep instead of spinning, so the test
+# process (and the stage processes it starts, which inherit it) share a busy CPU instead of fighting over it.
+# Numerics do not depend on it. (Stage entries set it themselves: stages.runtime.)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import copy
 import shutil
 from pathlib import Path

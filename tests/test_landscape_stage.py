@@ -13,7 +13,7 @@ from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.config import load_params, load_typed_params
 from stages.errors import PipelineError
-from stages.io.checkpoints import listed_steps
+from checkpoint_helpers import listed_steps
 from stages.landscape import next_steps, peaked
 from stages.params import validate_params
 

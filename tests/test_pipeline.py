@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from stages import events, generate, paths, train
-from stages.io.checkpoints import listed_steps, step_file
+from checkpoint_helpers import listed_steps
+from stages.io.checkpoints import step_file
 
 RUN = "copy-easy-p405k-s0"
 ARGS = ["--task", "copy", "--level", "easy"]

@@ -3,6 +3,7 @@ an unpickled file (a planted ``resume.pt`` must not run)."""
 import ast
 import json
 import pickle
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,11 @@ import torch
 import yaml
 
 from stages import generate, paths, train
-from stages.io.checkpoints import listed_steps, step_file
+from checkpoint_helpers import listed_steps
+from stages.io.checkpoints import step_file
 from stages.params import validate_params
 from stages.training import loop, resume
+from conftest import tiny_params
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK, LEVEL, MODEL, SEED = "copy", "easy", "p405k", 0
@@ -33,16 +36,59 @@ class Planted:
         return exec, (f"open({self.marker!r}, 'w').write('unpickled')",)
 
 
-@pytest.fixture
-def params(workdir):
-    p = yaml.safe_load((workdir / "params.yaml").read_text())
+def dropout_params(base: dict):
+    p = tiny_params(base)
     p["train"]["defaults"]["dropout"] = 0.1
-    generate.main(["--task", TASK, "--level", LEVEL])
     return validate_params(p)
 
 
 def partial_dir() -> Path:
     return paths.checkpoint_dir(RID).with_name(f".{RID}.partial")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: one torch thread for the whole module, so that a run and its resumption (and the
+    module's shared reference run) compute with the same thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, repo_params, one_thread):
+    """Built once for the module, in a directory of its own: the dataset; the bytes of one uninterrupted
+    run with dropout (the reference every resumed or restarted run must equal); and the partial
+    directories that a crash at the 3rd and at the 4th checkpoint save leaves (copied into a test that
+    starts from a crashed run; test_resume_with_dropout_is_bit_identical crashes a run itself)."""
+    root = tmp_path_factory.mktemp("resume")
+    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(repo_params)))
+    params = dropout_params(repo_params)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        generate.main(["--task", TASK, "--level", LEVEL])
+        train.run(TASK, LEVEL, MODEL, SEED, params, progress=False)
+        reference = outputs()
+        clear_outputs()
+        for n in (3, 4):
+            original = crash_at_checkpoint(mp, n)
+            with pytest.raises(Crash):
+                train.run(TASK, LEVEL, MODEL, SEED, params, progress=False)
+            mp.setattr(loop, "save_state", original)
+            partial_dir().rename(root / f"crashed-at-{n}")
+    return {"root": root, "reference": reference}
+
+
+@pytest.fixture
+def params(workdir, repo_params, shared):
+    shutil.copytree(shared["root"] / paths.DATA, workdir / paths.DATA)  # the generated dataset
+    return dropout_params(repo_params)
+
+
+def crashed(shared, n: int) -> None:
+    """This test's run as a crash at the ``n``-th checkpoint save left it (a copy of the shared one)."""
+    shutil.copytree(shared["root"] / f"crashed-at-{n}", partial_dir())
 
 
 def outputs() -> dict:
@@ -74,12 +120,10 @@ def crash_at_checkpoint(monkeypatch, n: int):
     return original
 
 
-def test_resume_with_dropout_is_bit_identical(params, monkeypatch):
-    train.run(TASK, LEVEL, MODEL, SEED, params, progress=False)
-    reference = outputs()
+def test_resume_with_dropout_is_bit_identical(params, monkeypatch, shared):
+    reference = shared["reference"]
     steps = json.loads(reference["manifest.json"])["steps"]
     assert len(steps) == 6 and json.loads(reference["manifest.json"])["train"]["dropout"] == 0.1
-    clear_outputs()
 
     original = crash_at_checkpoint(monkeypatch, 4)
     with pytest.raises(Crash):
@@ -102,12 +146,9 @@ def test_resume_with_dropout_is_bit_identical(params, monkeypatch):
         [step_file(".", s).name for s in steps] + ["manifest.json"])  # no resume files left in the output
 
 
-def test_a_planted_pickle_never_runs(params, monkeypatch, capsys, tmp_path):
+def test_a_planted_pickle_never_runs(params, capsys, tmp_path, shared):
     marker = tmp_path / "MARKER"
-    original = crash_at_checkpoint(monkeypatch, 3)
-    with pytest.raises(Crash):
-        train.run(TASK, LEVEL, MODEL, SEED, params, progress=False)
-    monkeypatch.setattr(loop, "save_state", original)
+    crashed(shared, 3)
     planted = pickle.dumps(Planted(marker))
     (partial_dir() / "resume.pt").write_bytes(planted)
     (partial_dir() / "resume.json").write_bytes(planted)  # not even under the new name
@@ -121,15 +162,10 @@ def test_a_planted_pickle_never_runs(params, monkeypatch, capsys, tmp_path):
     assert any("resume.pt" in line for line in err) and any("resume.json" in line for line in err), err
 
 
-def test_torn_state_starts_over_with_one_warning(params, monkeypatch, capsys):
-    train.run(TASK, LEVEL, MODEL, SEED, params, progress=False)
-    reference = outputs()
-    clear_outputs()
+def test_torn_state_starts_over_with_one_warning(params, capsys, shared):
+    reference = shared["reference"]
     for damage in ("truncate-tensors", "drop-tensors", "bad-json", "wrong-shape"):
-        original = crash_at_checkpoint(monkeypatch, 4)
-        with pytest.raises(Crash):
-            train.run(TASK, LEVEL, MODEL, SEED, params, progress=False)
-        monkeypatch.setattr(loop, "save_state", original)
+        crashed(shared, 4)
         state_file = partial_dir() / "resume.json"
         state = json.loads(state_file.read_text())
         tensors = partial_dir() / state["tensors"]
@@ -154,11 +190,8 @@ def test_torn_state_starts_over_with_one_warning(params, monkeypatch, capsys):
         clear_outputs()
 
 
-def test_other_errors_are_not_swallowed(params, monkeypatch):
-    original = crash_at_checkpoint(monkeypatch, 3)
-    with pytest.raises(Crash):
-        train.run(TASK, LEVEL, MODEL, SEED, params, progress=False)
-    monkeypatch.setattr(loop, "save_state", original)
+def test_other_errors_are_not_swallowed(params, monkeypatch, shared):
+    crashed(shared, 3)
 
     def boom(*args, **kwargs):
         raise MemoryError("not a torn file")

@@ -153,3 +153,15 @@ def test_rerun_outcomes_script_checks_its_arguments():
     done = subprocess.run([str(script), "copy", "easy"], capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.strip() == "usage: scripts/rerun_outcomes.sh TASK LEVEL MODEL SEED N"
+
+
+@pytest.mark.parametrize("module", STAGES)
+def test_every_stage_prepares_its_environment_before_numpy_and_torch_load(module):
+    """stages.runtime.prepare, under ``if __name__ == "__main__"``, before the module's first import of
+    anything but ``__future__`` (its environment acts only before numpy and torch load)."""
+    tree = ast.parse((ROOT / "stages" / f"{module}.py").read_text())
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    body = [n for n in body if not (isinstance(n, ast.ImportFrom) and n.module == "__future__")]
+    guard = body[0]
+    assert isinstance(guard, ast.If) and ast.unparse(guard.test) == "__name__ == '__main__'", module
+    assert [ast.unparse(n) for n in guard.body] == ["from stages.runtime import prepare", "prepare()"], module

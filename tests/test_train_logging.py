@@ -14,7 +14,7 @@ from stages.params import validate_params
 from stages.tasks import LEVELS
 from stages.train import resolve_train_params
 from stages.training.live import TRAIN_METRICS, curve_log, history_logger
-from stages.training.loop import TrainConfig
+from stages.params import TrainSettings
 from stages.training.schedule import warmup_cosine_factor
 from stages.training.loop import train as train_loop
 from pythia_helpers import pythia_params
@@ -155,7 +155,10 @@ def test_resumed_training_logs_the_same_curve(tmp_path):
     from stages.models import GPT, model_config
 
     seq = torch.randint(0, 12, (32, 8), generator=torch.Generator().manual_seed(0))
-    cfg = TrainConfig(steps=6, lr=1e-2, weight_decay=0.0, batch_size=8, checkpoints=[0, 1, 2, 4, 6])
+    cfg = TrainSettings.model_validate({"steps": 6, "lr": 1e-2, "weight_decay": 0.0, "batch_size": 8, "warmup": 0,
+                                        "schedule": "constant", "betas": [0.9, 0.98], "grad_clip": 1.0, "device": "cpu",
+                                        "n_checkpoints": 5, "log_fraction": 0.5, "log_until": 0.1,
+                                        "eval_batch_size": 4096})
 
     def model():
         torch.manual_seed(0)
@@ -169,7 +172,7 @@ def test_resumed_training_logs_the_same_curve(tmp_path):
                 callback(row)
                 if row["step"] == crash_at:
                     raise KeyboardInterrupt
-            train_loop(model(), cfg, seq, seq[:16], prompt_len=4, out_dir=out, progress=False,
+            train_loop(model(), cfg, seq, seq[:16], prompt_len=4, out_dir=out, seed=0, checkpoints=[0, 1, 2, 4, 6], progress=False,
                        on_checkpoint=on_checkpoint)
 
     run(tmp_path / "ref", tmp_path / "ref_live")

@@ -49,7 +49,7 @@ import pandas as pd
 
 from stages.analysis.events import ABSENT, FOUND, UNDETERMINED, Rules, find_dip, lead_fraction, precursor_verdict
 
-DIRECTIONS = ("dip", "rise")
+from stages.params import DIRECTIONS  # noqa: E402  declared once
 BELOW_NOISE = "below_noise"
 TRUNCATED = "truncated"
 NOISE_COLUMNS = {"llc": "llc_std", "hessian_top1": "hessian_top1_noise"}
