@@ -54,6 +54,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
+import torch
 from tqdm import tqdm
 import torch
 

@@ -624,3 +624,15 @@ def test_params_check_command_reports_an_unknown_grid_task_in_one_line(workdir, 
     assert exc.value.code == 2
     assert capsys.readouterr().err == ("error: params.yaml: unknown entry 'modd' in 'grid.tasks' (choose from: copy, "
                                        "reverse, compare, parity, add, mod, sort, mul)\n")
+
+
+def test_landscape_budget_on_the_cpu_device(repo_params):
+    """check_fits as the stage calls it, with the resolved device."""
+    import torch
+
+    from stages.landscape import check_fits, memory_budget
+    from stages.params import validate_params
+
+    manifest = {"n_params": 405_000, "model": {"d_model": 128, "n_layer": 2, "block_size": 10}}
+    check_fits(validate_params(repo_params).landscape, 4000, "t", manifest, torch.device("cpu"))
+    assert memory_budget(8, torch.device("cpu")) == (8 * 2**30, "'landscape.memory_gb' = 8")
