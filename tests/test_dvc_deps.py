@@ -33,23 +33,23 @@ def test_stage_deps_cover_its_imports(name):
 
 
 def test_the_import_walk_finds_what_it_must():
-    # transitive: stages.train -> stages.training.loop -> stages.io.checkpoints -> stages.io.tables
-    found = closure("stages.train")
+    # transitive: stages.pipeline.train -> stages.training.loop -> stages.io.checkpoints -> stages.io.tables
+    found = closure("stages.pipeline.train")
     assert {"stages.training.loop", "stages.io.checkpoints", "stages.io.tables", "stages.io.atomic",
             "stages.models", "stages.models.gpt", "stages.config", "stages.errors", "stages.paths"} <= found
     # imports inside functions count (events imports its figures lazily in main)
-    assert "stages.analysis.figures" in closure("stages.events")
+    assert "stages.analysis.figures" in closure("stages.pipeline.events")
     assert covered("stages/training/loop.py", ["stages/training"])
     assert not covered("stages/trainingx/loop.py", ["stages/training"])
-    assert not covered("stages/config.py", ["stages/train.py", "data/datasets/x"])
+    assert not covered("stages/config.py", ["stages/pipeline/train.py", "data/datasets/x"])
     assert needs_dep("stages.models") and not needs_dep("stages.training")
 
 
 def test_rewrite_replaces_code_deps_and_keeps_data_deps():
-    text = ("stages:\n  train:\n    cmd: python -m stages.train\n    deps:\n      - stages/nothing.py\n"
+    text = ("stages:\n  train:\n    cmd: python -m stages.pipeline.train\n    deps:\n      - stages/nothing.py\n"
             "      - stages/training\n      - data/datasets/x\n    outs:\n      - data/y\n")
     new = dvc_deps.rewrite(text)
     deps = dvc_deps.dep_paths(stages(new)["train"])
-    assert deps == dvc_deps.code_deps("stages.train") + ["data/datasets/x"]
-    assert "stages/train.py" in deps and "stages/training/loop.py" in deps and "stages/nothing.py" not in deps
+    assert deps == dvc_deps.code_deps("stages.pipeline.train") + ["data/datasets/x"]
+    assert "stages/pipeline/train.py" in deps and "stages/training/loop.py" in deps and "stages/nothing.py" not in deps
     assert new.endswith("    outs:\n      - data/y\n") and dvc_deps.rewrite(new) == new
