@@ -14,13 +14,7 @@ from stages.errors import PipelineError
 
 PARAMS_FILE = Path(os.environ.get("GEOMETRY_PARAMS", "params.yaml"))
 
-# The names the grid may hold. They live here, not only in stages/tasks and stages/models, so that
-# validating ``grid`` (every stage that reads it) imports no task or model code and so no extra
-# dvc.yaml deps; stages/tasks/registry.py and stages/models/presets.py check at import time that
-# their TASKS / PRESETS have exactly these names.
-LEVELS = ("easy", "medium", "hard")
-TASK_NAMES = ("copy", "reverse", "compare", "parity", "add", "mod", "sort", "mul")
-MODEL_NAMES = ("p100k", "p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
+from stages.params import LEVELS, MODEL_NAMES, TASK_NAMES  # noqa: E402,F401  declared in the schema; re-exported
 
 
 MAX_YAML_BYTES = 1 << 20        # a params file is a few KB; 1 MiB is far beyond any real one
@@ -219,7 +213,7 @@ def seed_argument(value: str) -> int:
 # DVC pastes ``${item.x}`` into a stage's ``cmd`` and runs the result through a shell before any stage
 # can validate params, so a grid value such as ``p405k;touch pwned`` (``dvc exp run -S``) would run as
 # a command. The matrix stages' commands in dvc.yaml therefore carry no interpolation at all (``python
-# -m stages.train``); DVC names the entry in the environment variable ``DVC_STAGE`` it sets for every
+# -m stages.pipeline.train``); DVC names the entry in the environment variable ``DVC_STAGE`` it sets for every
 # command (``train@copy-easy-p405k-0``), and :func:`matrix_arguments` maps that name back to its values
 # by recomputing DVC's entry names (``dvc.parsing.MatrixDefinition.normalized_iterable``) from
 # params.yaml, after the whole file has passed the schema (:mod:`stages.params`), so a hostile value is

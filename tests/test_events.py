@@ -243,7 +243,7 @@ def test_bad_rule_parameters_name_the_key(repo_params, key, value, needle):
     import copy
 
     from stages.errors import PipelineError
-    from stages.events import settings
+    from stages.pipeline.events import settings
     from stages.params import validate_params
 
     params = copy.deepcopy(repo_params)

@@ -11,7 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from stages import extract, generate, measure, paths, pythia_measure, train
+from stages import paths
+
+from stages.pipeline import extract, generate, measure, pythia_measure, train
 from stages.config import LEVELS, MODEL_NAMES, TASK_NAMES
 from stages.errors import PipelineError
 from stages.io.checkpoints import write_manifest
@@ -21,7 +23,7 @@ from stages.io.measures import read_landscape, read_measures
 from stages.io.tables import read_csv, write_csv
 from stages.params import validate_params
 from stages.pythia import evalsets, hub
-from stages.train import resolve_train_params
+from stages.pipeline.train import resolve_train_params
 
 RUN = "copy-easy-p405k-s0"
 ARGS = ["--task", "copy", "--level", "easy"]

@@ -353,7 +353,7 @@ def test_the_monitor_imports_library_code_only():
     import sys
 
     stage_modules = sorted(set(re.findall(r"python -m (stages\.[\w.]+)", (ROOT / "dvc.yaml").read_text())))
-    assert "stages.events" in stage_modules and "stages.pythia_measure" in stage_modules
+    assert "stages.pipeline.events" in stage_modules and "stages.pipeline.pythia_measure" in stage_modules
     code = ("import sys; import stages.monitor, stages.monitor.callback, stages.monitor.measure_dir; "
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('stages.'))))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,

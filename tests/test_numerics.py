@@ -167,7 +167,7 @@ STATE = ("import json, os, torch; from stages.numerics import numpy_simd; "
          "print(json.dumps([torch.get_num_threads(), torch.backends.cpu.get_cpu_capability(), numpy_simd()]))")
 
 
-@pytest.mark.parametrize("modules", ["stages.monitor", "stages", "stages.train, stages.landscape, stages.measure"])
+@pytest.mark.parametrize("modules", ["stages.monitor", "stages", "stages.pipeline.train, stages.pipeline.landscape, stages.pipeline.measure"])
 def test_importing_the_library_changes_nothing(modules):
     code = ("import os, sklearn; before = dict(os.environ); "
             f"import {modules}; "
@@ -257,7 +257,7 @@ batch = torch.randint(0, 19, (8, 16))
 hessian_top_eigenvalues_repeated(model, lambda m: answer_loss(m, batch, 8), k=1, maxiter=5, repeats=1)
 print("PHASE done", flush=True)
 """
-# the offline Pythia suite's model (transformers' GPT-NeoX: rotary tables) as stages/train_suite.py steps it
+# the offline Pythia suite's model (transformers' GPT-NeoX: rotary tables) as stages/pipeline/train_suite.py steps it
 SUITE_UPDATE = """
 import torch
 from stages.runtime import pin_threads

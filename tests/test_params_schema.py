@@ -63,7 +63,8 @@ def test_load_params_validates_and_load_typed_params_types(tmp_path, repo_params
 
 
 def test_a_stage_stops_on_an_unknown_key_before_any_work(workdir, capsys):
-    from stages import generate, paths
+    from stages import paths
+    from stages.pipeline import generate
 
     params = yaml.safe_load((workdir / "params.yaml").read_text())
     params["extract"]["devise"] = "cpu"  # a key generate never reads: the whole file is checked
@@ -259,7 +260,8 @@ def test_tasks_knobs_are_what_params_yaml_says(repo_params):
 def test_schema_names_match_the_stages():
     """Names declared once in the schema are the stages' (imported, not copied); what the stages must
     still define next to their code (task knobs, modular ops, evaluation sets) agrees with the schema."""
-    from stages import landscape, params as schema
+    from stages import params as schema
+    from stages.pipeline import landscape
     from stages.analysis import landscape_events, pythia_events, runs
     from stages.pythia.grammar import GENERATORS
     from stages.tasks.registry import MOD_OPS, TASKS

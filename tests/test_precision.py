@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from stages.errors import PipelineError
-from stages.extract import hidden_at
+from stages.pipeline.extract import hidden_at
 from stages.measures.rankme import rankme, rankme_batched
 from stages.models import GPT, model_config
 from stages.params import TrainSettings, validate_params
-from stages.train import resolve_train_params
+from stages.pipeline.train import resolve_train_params
 from stages.training import loop
 from stages.training.loop import train
 from stages.training.precision import AUTO_BF16_MIN_PARAMS, resolve_precision

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages import extract, generate, paths, train
+from stages import paths
+
+from stages.pipeline import extract, generate, train
 from stages.errors import PipelineError
 from stages.io.checkpoints import MANIFEST, read_manifest, step_file
 from stages.params import validate_params
@@ -510,7 +512,7 @@ def test_train_batch_larger_than_the_data_stops_before_training(workdir, capsys)
 def test_landscape_sizes_and_memory_are_checked_before_compute(repo_params):
     import copy
 
-    from stages.landscape import check_fits
+    from stages.pipeline.landscape import check_fits
     from stages.params import validate_params
 
     manifest = {"n_params": 405_000, "model": {"d_model": 128, "n_layer": 2, "block_size": 10}}

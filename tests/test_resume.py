@@ -10,7 +10,9 @@ import pytest
 import torch
 import yaml
 
-from stages import generate, paths, train
+from stages import paths
+
+from stages.pipeline import generate, train
 from checkpoint_helpers import listed_steps
 from stages.io.checkpoints import step_file
 from stages.params import validate_params

@@ -171,7 +171,7 @@ def test_toy_study_end_to_end(tmp_path):
 
 
 def test_paper_study_is_the_papers_grid_and_every_cell_fits():
-    from stages.generate import generate
+    from stages.pipeline.generate import generate
     from stages.models.presets import PAPER_SIZES
 
     folder = ROOT / "studies" / "paper"

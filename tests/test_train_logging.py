@@ -8,11 +8,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from stages import generate, paths, train, train_suite
+from stages import paths
+
+from stages.pipeline import generate, train, train_suite
 from stages.errors import PipelineError
 from stages.params import validate_params
 from stages.tasks import LEVELS
-from stages.train import resolve_train_params
+from stages.pipeline.train import resolve_train_params
 from stages.training.live import TRAIN_METRICS, curve_log, history_logger
 from stages.params import TrainSettings
 from stages.training.schedule import warmup_cosine_factor
@@ -88,7 +90,7 @@ def test_too_many_checkpoints_warn_and_train(workdir):
     params = yaml.safe_load((workdir / "params.yaml").read_text())
     params["train"]["defaults"]["steps"] = 4  # n_checkpoints 6 > steps + 1
     (workdir / "params.yaml").write_text(yaml.safe_dump(params))
-    result = subprocess.run([sys.executable, "-m", "stages.train", *ARGS, "--model", "p405k", "--seed", "0"],
+    result = subprocess.run([sys.executable, "-m", "stages.pipeline.train", *ARGS, "--model", "p405k", "--seed", "0"],
                             cwd=workdir, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     # off the pinned CPU code paths (a CPU without AVX2, say) the stage ends with one more warning, about the

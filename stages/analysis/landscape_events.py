@@ -1,6 +1,6 @@
 """Transitions of the landscape measures and whether each precedes acquisition.
 
-Input: one run's ``data/landscape/<run>.csv`` (see :mod:`stages.landscape`), its acquisition step
+Input: one run's ``data/landscape/<run>.csv`` (see :mod:`stages.pipeline.landscape`), its acquisition step
 and the shared event rules (:class:`stages.analysis.events.Rules`). Each measure has a direction,
 set in ``params.yaml: landscape_events.directions``:
 

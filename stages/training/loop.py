@@ -1,4 +1,4 @@
-"""The training loop of the small models and of the offline Pythia suite (stages/train_suite.py).
+"""The training loop of the small models and of the offline Pythia suite (stages/pipeline/train_suite.py).
 
 :func:`run_steps` is the one loop: updates ``0 .. steps-1``, a checkpoint callback before each listed
 step (and after the last update). :func:`train` drives it for the small GPTs: AdamW, exact-match

@@ -20,15 +20,14 @@ import pandas as pd
 import torch
 
 from stages import paths
-from stages.cli import stage_arguments
-from stages.config import choose, load_typed_params, run_id
-from stages.errors import PipelineError, main_guard
+from stages.config import choose, run_id
+from stages.errors import PipelineError
 from stages.io.checkpoints import step_digests, write_manifest
 from stages.io.datasets import load_split
 from stages.io.tables import write_csv
 from stages.models import GPT, PRESETS, model_config
 from stages.params import Params, TrainSettings
-from stages.runtime import paths_record, set_threads
+from stages.runtime import paths_record
 from stages.tasks import LEVELS, get_task
 from stages.training.device import resolve_device
 from stages.training.live import curve_log, history_logger
@@ -36,6 +35,7 @@ from stages.training.loop import sequences, train
 from stages.training.memory import check_fits, train_bytes
 from stages.training.precision import resolve_precision
 from stages.training.schedule import checkpoint_steps
+from stages.pipeline import stage
 
 
 def resolve_train_params(params: Params, task: str, level: str) -> TrainSettings:
@@ -115,11 +115,8 @@ def _fingerprint(hp: dict, cfg, meta: dict, seed: int) -> str:
     return json.dumps({"train": hp, "seed": seed, "model": cfg.to_dict(), "dataset": meta}, sort_keys=True)
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
-    params = load_typed_params(args.params)
-    set_threads(params)
+@stage("task", "level", "model", "seed")
+def main(args, params: Params) -> None:
     clock = time.perf_counter()
     manifest = run(args.task, args.level, args.model, args.seed, params)
     print(f"{manifest['run']}: {manifest['n_params']} params, {len(manifest['steps'])} checkpoints, "

@@ -42,9 +42,8 @@ from stages.analysis.plot_tables import run_plot_table
 from stages.analysis.runs import run_events
 from stages.analysis.trajectories import trajectory
 from stages.analysis.summary import level_summary, resolution_sensitivity, seed_agreement, threshold_sensitivity
-from stages.cli import stage_arguments
-from stages.config import load_typed_params, run_id
-from stages.errors import PipelineError, main_guard
+from stages.config import run_id
+from stages.errors import PipelineError
 from stages.io.measures import read_accuracy, read_landscape, read_measures
 from stages.io.atomic import output_set, write_text
 from stages.io.tables import read_csv, write_csv, write_json
@@ -53,7 +52,7 @@ from stages.params import Events as EventsParams
 from stages.params import Params
 from stages.pythia.settings import LEVEL as PYTHIA_LEVEL
 from stages.pythia.settings import TASK as PYTHIA_TASK
-from stages.runtime import set_threads
+from stages.pipeline import stage
 
 EVENTS_DIR = paths.DATA / "events"
 SENSITIVITY_DIR = paths.PLOTS / "sensitivity"
@@ -172,11 +171,8 @@ def _plain(value):
     return int(value) if float(value).is_integer() else float(value)
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv)
-    params = load_typed_params(args.params)
-    set_threads(params)
+@stage()
+def main(args, params: Params) -> None:
     from stages.analysis.figures import trajectories_figure
 
     with output_set():  # every output or none

@@ -61,9 +61,8 @@ import torch
 from stages import paths
 from stages.analysis.events import acquisition
 from stages.analysis.runs import layer_series, varying_layers
-from stages.cli import stage_arguments
-from stages.config import load_typed_params, run_id
-from stages.errors import PipelineError, main_guard
+from stages.config import run_id
+from stages.errors import PipelineError
 from stages.io.checkpoints import load_model, read_manifest, verify_checkpoints
 from stages.io.datasets import load_split
 from stages.io.history import accuracy_by_step
@@ -75,11 +74,12 @@ from stages.measures.grad_rank import effective_rank_cap, gradient_effective_ran
 from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
-from stages.params import LANDSCAPE_MEASURES, Events, Landscape
+from stages.params import Events, LANDSCAPE_MEASURES, Landscape, Params
 from stages.numerics import warm_vector_math
-from stages.runtime import pin_threads, set_threads
+from stages.runtime import pin_threads
 from stages.training.device import resolve_device
 from stages.training.loop import answer_loss, sequences
+from stages.pipeline import stage
 
 MEASURES = LANDSCAPE_MEASURES
 PLOT_COLUMNS = ("grad_erank", "gradcov_rank", "hessian_top1", "llc")
@@ -358,12 +358,10 @@ def plot_table(frame: pd.DataFrame, rankme: pd.DataFrame | None = None) -> pd.Da
     return pd.concat(parts, ignore_index=True)
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
+@stage("task", "level", "model", "seed")
+def main(args, params: Params) -> None:
     rid = run_id(args.task, args.level, args.model, args.seed)
-    params = load_typed_params(args.params)
-    set_threads(params)  # a non-zero landscape.threads overrides it inside landscape()
+    # a non-zero landscape.threads overrides it inside landscape()
     frame = landscape(args.task, args.level, args.model, args.seed, params.landscape, params.events,
                       portable=params.runtime.cpu_paths == "portable")
     rankme = rankme_at(read_measures(paths.measures_file(rid)), frame["step"])

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
-from stages.cli import stage_arguments
-from stages.config import load_typed_params
-from stages.errors import main_guard
-from stages.params import Pythia
+from stages.params import Params, Pythia
 from stages.pythia import hub, settings
 from stages.pythia.paths import manifest_file
+from stages.pipeline import stage
 
 
 def fetch(model: str, cfg: Pythia, progress: bool = True) -> dict:
@@ -29,10 +27,8 @@ def fetch(model: str, cfg: Pythia, progress: bool = True) -> dict:
             "verified": "sha256" if check_hash else "size", "revisions": entries}
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "model")
-    params = load_typed_params(args.params)
+@stage("model", threads=False)
+def main(args, params: Params) -> None:
     manifest = fetch(args.model, settings.section(params, "pythia.profiles"))
     hub.write_manifest(manifest_file(args.model), manifest)
     print(f"{manifest_file(args.model)}: {manifest['repo_id']}, {len(manifest['revisions'])} revisions")
