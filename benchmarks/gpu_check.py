@@ -40,7 +40,7 @@ import torch  # noqa: E402
 
 from stages.config import LEVELS, MODEL_NAMES, TASK_NAMES, choose, load_params, load_typed_params  # noqa: E402
 from stages.errors import PipelineError  # noqa: E402
-from stages.extract import hidden_at  # noqa: E402
+from stages.pipeline.extract import hidden_at  # noqa: E402
 from stages.measures.rankme import geometry  # noqa: E402
 from stages.models import GPT, PRESETS, model_config  # noqa: E402
 from stages.models.presets import PAPER_SIZES  # noqa: E402
@@ -145,10 +145,10 @@ class Params:
 
     def train_settings(self, task: str, level: str) -> dict:
         """``train.defaults``, then ``train.tasks.<task>.all``, then ``train.tasks.<task>.<level>``:
-        ``stages.train.resolve_train_params`` when it takes (params, task, level), else that merge here."""
+        ``stages.pipeline.train.resolve_train_params`` when it takes (params, task, level), else that merge here."""
         if self.typed is not None:
             try:
-                from stages.train import resolve_train_params
+                from stages.pipeline.train import resolve_train_params
 
                 settings = resolve_train_params(self.typed, task, level)
                 return settings.model_dump() if hasattr(settings, "model_dump") else dict(settings)
@@ -171,7 +171,7 @@ class Params:
             raise PipelineError(f"unknown level '{level}' (choose from: {', '.join(LEVELS)})")
         if self.typed is not None:
             try:
-                from stages.generate import generate
+                from stages.pipeline.generate import generate
 
                 return generate(task, level, self.typed)
             except (ImportError, TypeError, AttributeError):

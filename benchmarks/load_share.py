@@ -39,7 +39,7 @@ def child(args) -> None:
 
     from machine_limits import random_sequences, trainer
     from stages.config import load_typed_params
-    from stages.generate import generate
+    from stages.pipeline.generate import generate
     from stages.models import GPT, model_config
     from stages.runtime import pin_threads
 

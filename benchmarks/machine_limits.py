@@ -46,7 +46,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from stages.config import load_typed_params  # noqa: E402
-from stages.generate import generate  # noqa: E402
+from stages.pipeline.generate import generate  # noqa: E402
 from stages.models import GPT, PRESETS, model_config  # noqa: E402
 from stages.training.loop import evaluate, make_optimizer, update  # noqa: E402
 from stages.training.schedule import checkpoint_steps  # noqa: E402
@@ -204,7 +204,7 @@ def part_stages(params_file: Path, task: str, level: str) -> None:
         direct = {}
         for stage in STAGES:
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", f"stages.{stage}", *args[stage]], cwd=work, env=env, check=True,
+            subprocess.run([sys.executable, "-m", f"stages.pipeline.{stage}", *args[stage]], cwd=work, env=env, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             direct[stage] = time.perf_counter() - start
         names = subprocess.run([sys.executable, "-m", "dvc", "stage", "list", "--name-only"], cwd=work, env=env,

@@ -11,7 +11,7 @@ params.yaml. A training step is one AdamW update on a ``train`` batch (forward, 
 step); each measure uses the ``landscape`` params as the stage does, on the same device and thread
 count. Prints seconds (median of ``--repeats``, after one warm-up call) and the ratio to one
 training step, then the projected cost of the run: per-checkpoint total x the number of
-checkpoints the stage chooses (``stages.landscape.choose_steps``; ``max_checkpoints`` without a
+checkpoints the stage chooses (``stages.pipeline.landscape.choose_steps``; ``max_checkpoints`` without a
 history). ``--stage`` also runs the stage itself on the run (nothing written) and prints its time,
 warm-up included.
 
@@ -37,9 +37,9 @@ from stages.config import load_typed_params, run_id  # noqa: E402
 from stages.io.checkpoints import load_model, read_manifest  # noqa: E402
 from stages.io.datasets import load_split  # noqa: E402
 from stages.io.history import accuracy_by_step  # noqa: E402
-from stages.landscape import choose_steps, landscape, measure_checkpoint  # noqa: E402
+from stages.pipeline.landscape import choose_steps, landscape, measure_checkpoint  # noqa: E402
 from stages.models import GPT, model_config  # noqa: E402
-from stages.train import resolve_train_params  # noqa: E402
+from stages.pipeline.train import resolve_train_params  # noqa: E402
 from stages.training.device import resolve_device  # noqa: E402
 from stages.training.loop import make_optimizer, sequences, update  # noqa: E402
 
@@ -63,7 +63,7 @@ def dataset(task: str, level: str, params: dict) -> tuple[np.ndarray, np.ndarray
     if directory.is_dir():
         prompt, answer, meta = load_split(directory, "train")
         return prompt, answer, meta["prompt_len"], meta["vocab_size"]
-    from stages.generate import generate
+    from stages.pipeline.generate import generate
 
     ds = generate(task, level, params)
     return ds.train_prompt, ds.train_answer, ds.train_prompt.shape[1], ds.vocab_size

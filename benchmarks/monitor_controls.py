@@ -56,7 +56,8 @@ def shuffle_answers(dataset: Path, seed: int) -> None:
 
 
 def run(task: str, level: str, seed: int, shuffled: bool = False) -> Path:
-    from stages import extract, generate, measure, paths, train
+    from stages import paths
+    from stages.pipeline import extract, generate, measure, train
     from stages.config import run_id
 
     args = ["--task", task, "--level", level]

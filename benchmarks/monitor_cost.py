@@ -37,12 +37,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from stages.config import TASK_NAMES, load_typed_params  # noqa: E402
-from stages.generate import generate  # noqa: E402
+from stages.pipeline.generate import generate  # noqa: E402
 from stages.models import GPT, model_config  # noqa: E402
 from stages.monitor import RankMeMonitor, monitor_step  # noqa: E402
 from stages.monitor.core import layer_geometry  # noqa: E402
 from stages.monitor.probe import probe_hidden_states  # noqa: E402
-from stages.train import resolve_train_params  # noqa: E402
+from stages.pipeline.train import resolve_train_params  # noqa: E402
 from stages.training.loop import make_optimizer, sequences, update  # noqa: E402
 
 

@@ -37,7 +37,7 @@ def child(preset: str, repeats: int, params_file: str, mode: str) -> None:
 
     from machine_limits import grid_runs, median_seconds, random_sequences, trainer
     from stages.config import load_typed_params
-    from stages.generate import generate
+    from stages.pipeline.generate import generate
     from stages.models import GPT, model_config
     from stages.numerics import in_effect
     from stages.runtime import pin_threads

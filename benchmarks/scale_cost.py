@@ -16,7 +16,7 @@ params.yaml, on a freshly initialised model (seed 0):
   (``extract.probe_size`` test rows);
 * ``measure``: ``stages.measures.rankme.geometry`` on every layer's states and the linear probe
   (``probe_accuracy``) per layer, as the ``measure`` stage does per checkpoint;
-* ``landscape``: ``stages.landscape.measure_checkpoint`` with the ``landscape`` section (all four
+* ``landscape``: ``stages.pipeline.landscape.measure_checkpoint`` with the ``landscape`` section (all four
   measures), per checkpoint.
 
 Each is the median of ``--repeats`` calls after one warm-up call (the first call of torch.func and of
@@ -55,17 +55,17 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from stages.config import load_typed_params  # noqa: E402
-from stages.extract import hidden_at  # noqa: E402
-from stages.generate import generate  # noqa: E402
+from stages.pipeline.extract import hidden_at  # noqa: E402
+from stages.pipeline.generate import generate  # noqa: E402
 from stages.io.checkpoints import load_model, save_state, step_file  # noqa: E402
-from stages.landscape import measure_checkpoint  # noqa: E402
+from stages.pipeline.landscape import measure_checkpoint  # noqa: E402
 from stages.measures.probes import probe_accuracy, split_mask  # noqa: E402
 from stages.measures.rankme import geometry  # noqa: E402
 from stages.models import GPT, model_config  # noqa: E402
 from stages.models.presets import PROXY_SIZES  # noqa: E402
 from stages.numerics import in_effect  # noqa: E402
 from stages.runtime import pin_threads  # noqa: E402
-from stages.train import resolve_train_params  # noqa: E402
+from stages.pipeline.train import resolve_train_params  # noqa: E402
 from stages.training.loop import evaluate, make_optimizer, save_resume, sequences, update  # noqa: E402
 
 PIECES = ("step", "ckpt", "extract", "measure", "landscape")
@@ -165,7 +165,7 @@ def process_start_cpu_s() -> float:
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", "import stages.landscape, stages.train"], check=True,
+    subprocess.run([sys.executable, "-c", "import stages.pipeline.landscape, stages.pipeline.train"], check=True,
                    cwd=Path(__file__).resolve().parents[1])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -1,4 +1,4 @@
-"""Print the per-level results of an `events` run as the Markdown table the README shows.
+"""Print the per-level results of an `events` run as a Markdown table (the README's own table is scripts/readme_results.py's, from metrics/paper.csv).
 
     python scripts/results_table.py [data/events]
 

@@ -14,13 +14,7 @@ from stages.errors import PipelineError
 
 PARAMS_FILE = Path(os.environ.get("GEOMETRY_PARAMS", "params.yaml"))
 
-# The names the grid may hold. They live here, not only in stages/tasks and stages/models, so that
-# validating ``grid`` (every stage that reads it) imports no task or model code and so no extra
-# dvc.yaml deps; stages/tasks/registry.py and stages/models/presets.py check at import time that
-# their TASKS / PRESETS have exactly these names.
-LEVELS = ("easy", "medium", "hard")
-TASK_NAMES = ("copy", "reverse", "compare", "parity", "add", "mod", "sort", "mul")
-MODEL_NAMES = ("p100k", "p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
+from stages.params import LEVELS, MODEL_NAMES, TASK_NAMES  # noqa: E402,F401  declared in the schema; re-exported
 
 
 MAX_YAML_BYTES = 1 << 20        # a params file is a few KB; 1 MiB is far beyond any real one
@@ -204,37 +198,6 @@ def run_id(task: str, level: str, model: str, seed: int | None = None) -> str:
     return f"{task}-{level}-{model}-s{positive_int(seed, '--seed', allow_zero=True)}"
 
 
-def seed_list(params: dict) -> list[int]:
-    """``grid.seeds``: a non-empty list of distinct non-negative integers."""
-    seeds = get(params, "grid.seeds")
-    if not isinstance(seeds, list) or not seeds:
-        raise PipelineError(f"'grid.seeds' must be a non-empty list of integers, got {seeds!r}")
-    for s in seeds:
-        positive_int(s, "grid.seeds", allow_zero=True)
-    if len(set(seeds)) != len(seeds):
-        raise PipelineError(f"'grid.seeds' repeats a seed: {seeds!r}")
-    return seeds
-
-
-def grid_settings(params: dict) -> tuple[list[str], list[str], list[str], list[int]]:
-    """Validated ``grid``: ``(tasks, levels, models, seeds)``. Each of ``grid.tasks``, ``grid.levels`` and
-    ``grid.models`` must be a non-empty list of distinct known names (tasks of stages/tasks, levels
-    easy/medium/hard, model presets of stages/models); seeds as :func:`seed_list`. The one-line
-    error names the key and the unknown entry."""
-    out = []
-    for key, known in (("grid.tasks", TASK_NAMES), ("grid.levels", LEVELS), ("grid.models", MODEL_NAMES)):
-        values = get(params, key)
-        if not isinstance(values, list) or not values:
-            raise PipelineError(f"'{key}' must be a non-empty list, got {values!r}")
-        for value in values:
-            if not isinstance(value, str) or value not in known:
-                raise PipelineError(f"unknown entry {value!r} in '{key}' (choose from: {', '.join(known)})")
-        if len(set(values)) != len(values):
-            raise PipelineError(f"'{key}' repeats an entry: {values!r}")
-        out.append(list(values))
-    return out[0], out[1], out[2], seed_list(params)
-
-
 def seed_argument(value: str) -> int:
     """A ``--seed`` command-line value; the error names the option."""
     try:
@@ -250,7 +213,7 @@ def seed_argument(value: str) -> int:
 # DVC pastes ``${item.x}`` into a stage's ``cmd`` and runs the result through a shell before any stage
 # can validate params, so a grid value such as ``p405k;touch pwned`` (``dvc exp run -S``) would run as
 # a command. The matrix stages' commands in dvc.yaml therefore carry no interpolation at all (``python
-# -m stages.train``); DVC names the entry in the environment variable ``DVC_STAGE`` it sets for every
+# -m stages.pipeline.train``); DVC names the entry in the environment variable ``DVC_STAGE`` it sets for every
 # command (``train@copy-easy-p405k-0``), and :func:`matrix_arguments` maps that name back to its values
 # by recomputing DVC's entry names (``dvc.parsing.MatrixDefinition.normalized_iterable``) from
 # params.yaml, after the whole file has passed the schema (:mod:`stages.params`), so a hostile value is

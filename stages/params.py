@@ -30,25 +30,33 @@ import math
 import re
 from typing import Annotated, Any, Generic, Literal, Optional, TypeVar, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError, create_model,
+                      model_validator)
 from pydantic_core import PydanticCustomError
 
-from stages.config import LEVELS, MODEL_NAMES, TASK_NAMES
 from stages.errors import PipelineError
 
-# Names the stages define next to their code (importing it here would pull torch into every stage).
+# The names the grid may hold. They live here (the schema), not only in stages/tasks and stages/models, so that
+# validating ``grid`` (every stage that reads it) imports no task or model code and so no extra
+# dvc.yaml deps; stages/tasks/registry.py and stages/models/presets.py check at import time that
+# their TASKS / PRESETS have exactly these names.
+LEVELS = ("easy", "medium", "hard")
+TASK_NAMES = ("copy", "reverse", "compare", "parity", "add", "mod", "sort", "mul")
+MODEL_NAMES = ("p100k", "p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
+
+# Names the stages use, declared once here (this module imports no torch); the stages import them.
 LR_SCHEDULES = ("constant", "cosine", "linear")            # stages/training/schedule.py
 MAX_CHECKPOINTS = 256                                      # stages/training/schedule.py
 PRECISIONS = ("auto", "fp32", "bf16")                      # stages/training/precision.py
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")                # stages/training/device.py
-POSITIONS = ("first", "all")                               # stages/extract.py
+POSITIONS = ("first", "all")                               # stages/pipeline/extract.py
 GEOMETRY = ("rankme", "rankme_centred")                    # stages/analysis/runs.py
 MOD_OPS = ("add", "sub", "mul")                            # stages/tasks/registry.py
 EVAL_SETS = ("subject_verb", "determiner_noun", "word_order", "hypernym", "negation", "antonym",
              "syllogism", "logical_deduction")             # stages/pythia/grammar.py GENERATORS
 HALFWAY = "halfway"                                        # stages/analysis/pythia_events.py
-VERIFY = ("sha256", "size")                                # stages/fetch_pythia.py
-LANDSCAPE_MEASURES = ("grad_erank", "gradcov_rank", "hessian", "llc")  # stages/landscape.py
+VERIFY = ("sha256", "size")                                # stages/pipeline/fetch_pythia.py
+LANDSCAPE_MEASURES = ("grad_erank", "gradcov_rank", "hessian", "llc")  # stages/pipeline/landscape.py
 DIRECTIONS = ("dip", "rise")                               # stages/analysis/landscape_events.py
 MAX_DIGITS = 18                                            # stages/tasks/registry.py: int64 arithmetic
 
@@ -224,7 +232,7 @@ def _list(item, what: str, distinct: bool = False, extra=None):
                 out.append(item(entry))
             except PydanticCustomError as exc:
                 ctx = dict(exc.context or {})
-                if exc.type == "choice":  # as stages.config.grid_settings words it
+                if exc.type == "choice":  # 'unknown entry' names the list's key
                     raise PydanticCustomError("entry", "unknown entry {shown}", {**ctx, "shown": repr(entry)}) from None
                 ctx["at"] = f"[{i}]"
                 raise PydanticCustomError(exc.type, exc.message_template, ctx) from None
@@ -366,7 +374,7 @@ class Tasks(Section):
 # train -------------------------------------------------------------------------------------
 
 def _betas(value: Any) -> tuple[float, float]:
-    """AdamW's (beta1, beta2): two real numbers (not strings, not booleans) in [0, 1), as stages/train.py."""
+    """AdamW's (beta1, beta2): two real numbers (not strings, not booleans) in [0, 1), as stages/pipeline/train.py."""
     if (not isinstance(value, (list, tuple)) or len(value) != 2
             or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in value)):
         raise _bad(f"must be a list of two numbers in [0, 1), got {value!r}")
@@ -386,7 +394,7 @@ NCheckpoints = Annotated[int, PlainValidator(_n_checkpoints)]
 
 
 class TrainSettings(Section):
-    """``train.defaults``: every key a run needs (stages/train.py); optional ones carry the stage's default."""
+    """``train.defaults``: every key a run needs (stages/pipeline/train.py); optional ones carry the stage's default."""
 
     steps: PosInt
     lr: PosFloat
@@ -414,26 +422,11 @@ class TrainSettings(Section):
         return out
 
 
-class Overrides(Section):
-    """Overrides of ``train.defaults``: any of its keys, all optional."""
-
-    steps: OptPosInt = None
-    lr: OptPosFloat = None
-    weight_decay: OptNonNegFloat = None
-    batch_size: OptPosInt = None
-    warmup: OptNonNegInt = None
-    schedule: Annotated[Optional[Literal["constant", "cosine", "linear"]], choice(*LR_SCHEDULES)] = None
-    min_lr_ratio: OptFraction = None
-    betas: Annotated[Optional[tuple[float, float]], PlainValidator(_betas)] = None
-    grad_clip: OptNonNegFloat = None
-    dropout: OptFraction = None
-    device: Annotated[Optional[str], PlainValidator(_device)] = None
-    n_checkpoints: Annotated[Optional[int], PlainValidator(_n_checkpoints)] = None
-    log_fraction: OptFraction = None
-    log_until: OptFraction = None
-    eval_batch_size: OptPosInt = None
-    eval_train_max: OptPosInt = None
-    precision: Annotated[Optional[Literal["auto", "fp32", "bf16"]], choice(*PRECISIONS)] = None
+# Overrides of ``train.defaults``: any of its keys, with its type and range, all optional (absent = not
+# overridden; an explicit null is an error, as for the defaults' optional keys).
+Overrides = create_model("Overrides", __base__=Section, __doc__="Overrides of ``train.defaults``: any of its keys, all optional.",
+                         **{name: (Annotated[(field.annotation, *field.metadata)], None)
+                            for name, field in TrainSettings.model_fields.items()})
 
 
 class TaskOverrides(Section):
@@ -619,7 +612,7 @@ def _mixture(value: Any) -> dict[str, float]:
 
 class SuiteModel(Section):
     """``pythia.profiles.<profile>.train.<model>``: one model of the locally trained suite
-    (:meth:`Pythia.suite_model`, stages/train_suite.py): AdamW, linear warm-up, then a
+    (:meth:`Pythia.suite_model`, stages/pipeline/train_suite.py): AdamW, linear warm-up, then a
     cosine from lr to min_lr_ratio x lr, gradient norm clipped at grad_clip (0 = none)."""
 
     hidden_size: PosInt
@@ -716,7 +709,7 @@ class Pythia(Section):
 # landscape ---------------------------------------------------------------------------------
 # A new key in params.yaml needs its line here (unknown keys are errors). The cross-key rules are
 # validators of the section; the one that needs the model (hessian.k below its parameter count)
-# stays in stages/landscape.py.
+# stays in stages/pipeline/landscape.py.
 
 def _nbeta(value: Any) -> Union[str, float]:
     if value == "auto" and isinstance(value, str):
@@ -758,7 +751,7 @@ MIN_RECORDED_DRAWS = 8  # LLC draws after burn-in the stationarity check needs (
 
 
 class Follow(Section):
-    """``landscape.follow``: measure past the window until every rise has peaked (stages/landscape.py)."""
+    """``landscape.follow``: measure past the window until every rise has peaked (stages/pipeline/landscape.py)."""
     extra: NonNegInt = 0     # at most this many checkpoints past the window (0 = never follow)
     settle: PosInt = 2       # a rise has peaked when this many measured checkpoints follow its maximum
     ratio: float = Field(1.5, gt=1.0)  # geometric spacing of the followed checkpoints
@@ -776,7 +769,9 @@ class Landscape(Section):
     grad: Grad
     hessian: Hessian
     llc: LLC
-    memory_gb: PosFloat = 8.0  # refuse a run whose estimated memory (all workers) exceeds this (stages/landscape.py)
+    # refuse a run whose estimated peak memory (all workers) exceeds this many GiB (stages/pipeline/landscape.py);
+    # auto: 80% of the device's memory (the GPU's, or the machine's RAM on the CPU)
+    memory_gb: Annotated[Union[Literal["auto"], float], PlainValidator(_nbeta)] = "auto"
 
     @model_validator(mode="after")
     def _enough(self):

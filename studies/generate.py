@@ -18,7 +18,8 @@ so a stage or parameter changed at the root reaches every study when it is regen
   writes is dropped (``data/pythia/accuracy`` without the Pythia stages), and so is a parameter whose
   top-level section the study's params.yaml lacks; ``matrix`` replaces a stage's matrix lists (e.g.
   the ``landscape`` stage on a subset of the runs). The root's ``plots``, ``metrics``, ``params``
-  and ``artifacts`` sections are copied unchanged (paths are relative to the study's folder).
+  and ``artifacts`` sections are copied (paths are relative to the study's folder), less the plots of
+  files no kept stage writes.
 
 Stage commands, data paths (stages/paths.py) and params.yaml (stages/config.py) are all relative to the
 working directory, which DVC sets to the folder of the dvc.yaml: so the same stage code serves both.
@@ -194,6 +195,10 @@ def study_pipeline(spec: dict, root_dvc, params, rel_root: str, source: str):
     for section in COPIED_SECTIONS:
         if section in root_dvc and section != "vars":
             out[section] = copy.deepcopy(root_dvc[section])
+    if "plots" in out:  # top-level plots of files no kept stage writes would only be missing
+        kept_plots = [p for p in out["plots"] if _written(str(next(iter(p)) if isinstance(p, dict) else p), outs)]
+        if len(kept_plots) < len(out["plots"]):  # rebuilt only then: the comments stay otherwise
+            out["plots"] = type(out["plots"])(kept_plots)
     return out
 
 

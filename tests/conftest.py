@@ -71,7 +71,7 @@ def _build(root: Path, params: dict, steps, start: Path | None = None) -> Path:
 @pytest.fixture(scope="session")
 def trained_tree(tmp_path_factory, repo_params) -> Path:
     """A directory holding the outputs of ``generate`` and ``train`` for TINY_RUN (tiny params)."""
-    from stages import generate, train
+    from stages.pipeline import generate, train
 
     return _build(tmp_path_factory.mktemp("cache") / "trained", tiny_params(repo_params),
                   [lambda: generate.main(TINY_DATA), lambda: train.main(TINY_ARGS)])
@@ -80,7 +80,7 @@ def trained_tree(tmp_path_factory, repo_params) -> Path:
 @pytest.fixture(scope="session")
 def measured_tree(tmp_path_factory, repo_params, trained_tree) -> Path:
     """``trained_tree`` plus the outputs of ``extract`` and ``measure`` for TINY_RUN."""
-    from stages import extract, measure
+    from stages.pipeline import extract, measure
 
     return _build(tmp_path_factory.mktemp("cache") / "measured", None,
                   [lambda: extract.main(TINY_ARGS), lambda: measure.main(TINY_ARGS)], start=trained_tree)

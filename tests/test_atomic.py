@@ -120,7 +120,9 @@ def test_events_stage_writes_nothing_when_a_later_input_fails(measured_workdir):
     """Issue: events left half an output folder when a later run's table was corrupt."""
     import yaml
 
-    from stages import events, extract, measure, paths, train
+    from stages import paths
+
+    from stages.pipeline import events, extract, measure, train
 
     workdir = measured_workdir  # seed 0 trained and measured (tests/conftest.py); seed 1 here
     run = ["--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "1"]

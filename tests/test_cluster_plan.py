@@ -53,7 +53,7 @@ def test_downstream_of_stale_is_stale(repo_dag):
     plan = build_plan(nodes, edges, {"generate@mod-hard"})
     assert set(plan.order) == _reach({"generate@mod-hard"}, edges)
     assert {"train@mod-hard-p405k-0", "extract@mod-hard-p405k-0", "measure@mod-hard-p405k-0", "events"} <= set(plan.order)
-    assert plan.order[0] == "generate@mod-hard" and plan.order[-1] == "events"
+    assert plan.order[0] == "generate@mod-hard" and plan.order[-1] == "plot_pages"  # it reads events' plots/runs
     pos = {s: i for i, s in enumerate(plan.order)}
     assert all(pos[u] < pos[d] for u, d in edges if u in pos and d in pos)
     assert plan.upstream["train@mod-hard-p405k-0"] == ["generate@mod-hard"]

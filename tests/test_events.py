@@ -243,7 +243,7 @@ def test_bad_rule_parameters_name_the_key(repo_params, key, value, needle):
     import copy
 
     from stages.errors import PipelineError
-    from stages.events import settings
+    from stages.pipeline.events import settings
     from stages.params import validate_params
 
     params = copy.deepcopy(repo_params)
@@ -257,10 +257,10 @@ def test_bad_rule_parameters_name_the_key(repo_params, key, value, needle):
 def test_bad_seed_lists_name_the_key(repo_params, seeds):
     import copy
 
-    from stages.config import seed_list
     from stages.errors import PipelineError
+    from stages.params import validate_params
 
     params = copy.deepcopy(repo_params)
     params["grid"]["seeds"] = seeds
     with pytest.raises(PipelineError, match=r"grid\.seeds"):
-        seed_list(params)
+        validate_params(params)

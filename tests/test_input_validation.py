@@ -1,6 +1,7 @@
 """Bad input is one line naming the file or key, never a traceback or a silently smaller result:
 cut and non-numeric tables, sizes larger than the data, NaN hidden states, bad Pythia manifests and
 pickle-only snapshots, unknown grid entries."""
+import copy
 import json
 import pickle
 
@@ -10,8 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from stages import extract, generate, measure, paths, pythia_measure, train
-from stages.config import LEVELS, MODEL_NAMES, TASK_NAMES, grid_settings
+from stages import paths
+
+from stages.pipeline import extract, generate, measure, pythia_measure, train
+from stages.config import LEVELS, MODEL_NAMES, TASK_NAMES
 from stages.errors import PipelineError
 from stages.io.checkpoints import write_manifest
 from stages.io.hidden import schema, step_table
@@ -20,7 +23,7 @@ from stages.io.measures import read_landscape, read_measures
 from stages.io.tables import read_csv, write_csv
 from stages.params import validate_params
 from stages.pythia import evalsets, hub
-from stages.train import resolve_train_params
+from stages.pipeline.train import resolve_train_params
 
 RUN = "copy-easy-p405k-s0"
 ARGS = ["--task", "copy", "--level", "easy"]
@@ -249,8 +252,15 @@ def test_probe_size_larger_than_the_test_split(workdir):
     write_manifest(paths.checkpoint_dir(RUN), {"model": {"d_model": 128}, "steps": [0], "n_params": 1})
     n_test = pq.read_metadata(paths.dataset_dir("copy", "easy") / "test.parquet").num_rows
     params = set_params(workdir, lambda p: p["extract"].update(probe_size=n_test + 1))
-    with pytest.raises(PipelineError) as exc:
-        extract.extract("copy", "easy", "p405k", 0, validate_params(params).extract, progress=False)
+    with pytest.raises(PipelineError) as exc:  # caught at params time (issue 23) ...
+        validate_params(params)
+    assert one_line(exc) == (f"params.yaml: 'datasets.n_test' = {n_test} is below 'extract.probe_size' = "
+                             f"{n_test + 1} (the probe set is the first {n_test + 1} test examples of "
+                             f"tasks.copy.easy): at least {n_test + 1}")
+    params["extract"]["probe_size"] = n_test
+    cfg = validate_params(params).extract.model_copy(update={"probe_size": n_test + 1})
+    with pytest.raises(PipelineError) as exc:  # ... and against the data read, should they differ
+        extract.extract("copy", "easy", "p405k", 0, cfg, progress=False)
     assert one_line(exc) == (f"'extract.probe_size' = {n_test + 1} exceeds the {n_test} test examples of "
                              "data/datasets/copy-easy/test.parquet")
     assert not paths.hidden_file(RUN).exists()
@@ -470,26 +480,27 @@ def test_grid_names_match_the_registries():
 
 
 def test_grid_settings(repo_params):
-    grid = {"tasks": ["copy", "mul"], "levels": ["easy", "hard"], "models": ["p405k", "p3m"], "seeds": [0, 3]}
-    assert grid_settings({"grid": grid}) == (["copy", "mul"], ["easy", "hard"], ["p405k", "p3m"], [0, 3])
-    assert grid_settings(repo_params)[0] == repo_params["grid"]["tasks"]
+    params = copy.deepcopy(repo_params)
+    params["grid"] = {"tasks": ["copy", "sort"], "levels": ["easy", "hard"], "models": ["p405k", "p3m"], "seeds": [0, 3]}
+    grid = validate_params(params).grid
+    assert (grid.tasks, grid.levels, grid.models, grid.seeds) == (["copy", "sort"], ["easy", "hard"], ["p405k", "p3m"], [0, 3])
 
 
 @pytest.mark.parametrize("key,value,needle", [
     ("tasks", ["copy", "copi"], "unknown entry 'copi' in 'grid.tasks' (choose from: copy, reverse"),
     ("levels", ["easy", "insane"], "unknown entry 'insane' in 'grid.levels' (choose from: easy, medium, hard)"),
-    ("models", ["gpt5"], "unknown entry 'gpt5' in 'grid.models' (choose from: p405k"),
+    ("models", ["gpt5"], "unknown entry 'gpt5' in 'grid.models' (choose from: p100k, p405k"),
     ("models", [3], "unknown entry 3 in 'grid.models'"),
     ("tasks", [], "'grid.tasks' must be a non-empty list"),
     ("levels", "easy", "'grid.levels' must be a non-empty list"),
     ("tasks", ["copy", "copy"], "'grid.tasks' repeats an entry"),
-    ("seeds", [0, -1], "'grid.seeds' must be a non-negative integer"),
+    ("seeds", [0, -1], "'grid.seeds[1]' must be a non-negative integer"),
 ])
-def test_unknown_grid_entries(key, value, needle):
-    grid = {"tasks": ["copy"], "levels": ["easy"], "models": ["p405k"], "seeds": [0]}
-    grid[key] = value
+def test_unknown_grid_entries(repo_params, key, value, needle):
+    params = copy.deepcopy(repo_params)
+    params["grid"][key] = value
     with pytest.raises(PipelineError) as exc:
-        grid_settings({"grid": grid})
+        validate_params(params)
     assert needle in one_line(exc)
 
 

@@ -10,7 +10,7 @@ from stages.analysis.events import Rules
 from stages.analysis.landscape_events import jitter, landscape_event_params, rise, run_measures
 from stages.errors import PipelineError
 from stages.params import validate_params
-from stages.landscape import choose_steps, thin
+from stages.pipeline.landscape import choose_steps, thin
 
 RULES = Rules(min_depth=0.2, recovery_fraction=0.5, threshold=0.5, window=3, min_lead=0.5, min_checkpoints=3)
 P = {"rise_fraction": 0.5, "min_rise": 0.2, "noise_factor": 2.0, "erank_saturation": 0.95}
@@ -128,7 +128,7 @@ def test_bad_landscape_event_params_name_the_key(repo_params):
         validate_params(params)
 
 
-# --- adaptive checkpoint choice (stages.landscape.choose_steps) -------------------------------------
+# --- adaptive checkpoint choice (stages.pipeline.landscape.choose_steps) -------------------------------------
 
 CKPTS = [0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
 
@@ -182,10 +182,10 @@ def test_thin_keeps_ends_and_early_density():
     assert thin(steps, 1) == [0]
 
 
-# --- following a rise to its peak (stages.landscape.peaked / next_steps) and truncation --------------
+# --- following a rise to its peak (stages.pipeline.landscape.peaked / next_steps) and truncation --------------
 
 def test_peaked_needs_settle_checkpoints_after_the_maximum():
-    from stages.landscape import peaked
+    from stages.pipeline.landscape import peaked
 
     assert peaked([1, 2, 3, 2, 2], settle=2) and not peaked([1, 2, 3, 2], settle=2)
     assert not peaked([1, 2, 3], settle=1) and peaked([1, 3, 3], settle=1)  # a plateau has peaked
@@ -193,7 +193,7 @@ def test_peaked_needs_settle_checkpoints_after_the_maximum():
 
 
 def test_next_steps_are_geometric_past_the_last_and_end_at_the_run_end():
-    from stages.landscape import next_steps
+    from stages.pipeline.landscape import next_steps
 
     assert next_steps(CKPTS, 16, ratio=1.5, count=2) == [24, 48]  # targets 24, 36 -> 24, 48
     assert next_steps(CKPTS, 64, ratio=1.5, count=3) == [96, 128]  # 96; 144 is past the end: the last

@@ -6,7 +6,7 @@ from torch.func import functional_call
 
 from stages.measures.grad_cov import covariance_eigenvalues, covariance_rank_cap, gradient_covariance_rank
 from stages.measures.grad_rank import GRAM_BLOCK, gradient_effective_rank, gram_matrix
-from stages.measures.hessian import hessian_top_eigenvalues, hessian_top_eigenvalues_repeated
+from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import default_nbeta, estimate_llc, is_stationary, trace_drift
 from stages.measures.per_example import CountSketch, per_example_gradients
 from stages.models.gpt import GPT, GPTConfig
@@ -53,9 +53,9 @@ def test_lanczos_matches_exact_hessian_of_tiny_model():
 
     exact = torch.autograd.functional.hessian(loss_of, flat0).numpy()
     exact_top = np.sort(np.linalg.eigvalsh((exact + exact.T) / 2))[::-1][:3]
-    top = hessian_top_eigenvalues(model, lambda m: answer_loss(m, seq, PROMPT_LEN), k=3, tol=0, seed=0)
+    top = hessian_top_eigenvalues_repeated(model, lambda m: answer_loss(m, seq, PROMPT_LEN), k=3, tol=0, seed=0, repeats=1)[0]
     np.testing.assert_allclose(top, exact_top, rtol=1e-3, atol=1e-5)
-    again = hessian_top_eigenvalues(model, lambda m: answer_loss(m, seq, PROMPT_LEN), k=3, tol=0, seed=0)
+    again = hessian_top_eigenvalues_repeated(model, lambda m: answer_loss(m, seq, PROMPT_LEN), k=3, tol=0, seed=0, repeats=1)[0]
     np.testing.assert_array_equal(top, again)
     best, spread = hessian_top_eigenvalues_repeated(model, lambda m: answer_loss(m, seq, PROMPT_LEN), k=3, tol=0,
                                                     seed=0, repeats=3)

@@ -8,13 +8,13 @@ import pytest
 import torch
 import yaml
 
-from stages import landscape
+from stages.pipeline import landscape
 from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.config import load_params, load_typed_params
 from stages.errors import PipelineError
-from stages.io.checkpoints import listed_steps
-from stages.landscape import next_steps, peaked
+from checkpoint_helpers import listed_steps
+from stages.pipeline.landscape import next_steps, peaked
 from stages.params import validate_params
 
 RUN = ["--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"]

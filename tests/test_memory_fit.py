@@ -2,7 +2,9 @@
 estimate (stages/training/memory.py); the estimate's parts are exact for known shapes."""
 import pytest
 
-from stages import generate, paths, train
+from stages import paths
+
+from stages.pipeline import generate, train
 from stages.config import load_typed_params
 from stages.errors import PipelineError
 from stages.training import memory

@@ -24,7 +24,7 @@ from stages.pythia import local_hub
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 COLUMNS = ["run", "step", "layer", "rankme", "rankme_centred", "mean_dominance", "varies", "probe_acc", "test_acc",
-           "n_params"]
+           "n_params", "dim"]  # as stage measure
 
 
 @pytest.fixture(scope="module")
@@ -173,10 +173,15 @@ def test_watch_waits_for_complete_checkpoints_retries_a_half_written_one_and_sto
     full_weights = (staged / "model.safetensors").read_bytes()
     loads = []
     original = measure_dir.Measurer._load
+    tried_half = threading.Event()  # the watcher has tried the half-written step4 (however slow the machine)
 
     def spy(self, ck):
         loads.append((ck.path.name, (ck.path / "trainer_state.json").is_file()))
-        return original(self, ck)
+        try:
+            return original(self, ck)
+        finally:
+            if ck.path.name == "step4":
+                tried_half.set()
 
     monkeypatch.setattr(measure_dir.Measurer, "_load", spy)
 
@@ -191,7 +196,7 @@ def test_watch_waits_for_complete_checkpoints_retries_a_half_written_one_and_sto
             if f.name != "model.safetensors":
                 shutil.copy(f, half / f.name)
         (half / "model.safetensors").write_bytes(full_weights[: len(full_weights) // 2])  # stalls half-written
-        time.sleep(1.5)
+        tried_half.wait(timeout=120)
         (half / "model.safetensors").write_bytes(full_weights)
         time.sleep(0.3)
         (root / "DONE").touch()
@@ -348,7 +353,7 @@ def test_the_monitor_imports_library_code_only():
     import sys
 
     stage_modules = sorted(set(re.findall(r"python -m (stages\.[\w.]+)", (ROOT / "dvc.yaml").read_text())))
-    assert "stages.events" in stage_modules and "stages.pythia_measure" in stage_modules
+    assert "stages.pipeline.events" in stage_modules and "stages.pipeline.pythia_measure" in stage_modules
     code = ("import sys; import stages.monitor, stages.monitor.callback, stages.monitor.measure_dir; "
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('stages.'))))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,

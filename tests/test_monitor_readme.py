@@ -1,4 +1,4 @@
-"""The README's monitor examples run as written (so they cannot rot), and the warning benchmark runs."""
+"""The monitor examples (docs/monitor.md) run as written (so they cannot rot), and the warning benchmark runs."""
 from __future__ import annotations
 
 import re
@@ -16,7 +16,7 @@ HEADING = "## Beyond the paper: a RankMe early-warning monitor for any training 
 
 
 def section() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "monitor.md").read_text()
     start = text.index(HEADING)
     end = text.find("\n## ", start + len(HEADING))
     return text[start:] if end < 0 else text[start:end]
@@ -31,7 +31,7 @@ def test_readme_examples_run(tmp_path, monkeypatch, capsys):
     python = blocks("python")
     assert len(python) == 2
     for code in python:
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
+        exec(compile(code, "docs/monitor.md", "exec"), {"__name__": "readme_example"})
     out = capsys.readouterr().out
     assert "collapse of rankme_centred layer 2" in out
     commands = [line.split("#")[0].strip() for code in blocks("bash") for line in code.splitlines()

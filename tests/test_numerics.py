@@ -167,7 +167,7 @@ STATE = ("import json, os, torch; from stages.numerics import numpy_simd; "
          "print(json.dumps([torch.get_num_threads(), torch.backends.cpu.get_cpu_capability(), numpy_simd()]))")
 
 
-@pytest.mark.parametrize("modules", ["stages.monitor", "stages", "stages.train, stages.landscape, stages.measure"])
+@pytest.mark.parametrize("modules", ["stages.monitor", "stages", "stages.pipeline.train, stages.pipeline.landscape, stages.pipeline.measure"])
 def test_importing_the_library_changes_nothing(modules):
     code = ("import os, sklearn; before = dict(os.environ); "
             f"import {modules}; "
@@ -246,7 +246,7 @@ print("PHASE done", flush=True)
 HVP = """
 import torch
 from stages.runtime import pin_threads
-from stages.measures.hessian import hessian_top_eigenvalues
+from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.models.gpt import GPT, GPTConfig
 from stages.training.loop import answer_loss
 pin_threads(2, portable=True)
@@ -254,10 +254,10 @@ print("PHASE update", flush=True)
 torch.manual_seed(0)
 model = GPT(GPTConfig(vocab_size=19, block_size=16, n_layer=2, n_head=4, d_model=64), portable_ops=True)
 batch = torch.randint(0, 19, (8, 16))
-hessian_top_eigenvalues(model, lambda m: answer_loss(m, batch, 8), k=1, maxiter=5)
+hessian_top_eigenvalues_repeated(model, lambda m: answer_loss(m, batch, 8), k=1, maxiter=5, repeats=1)
 print("PHASE done", flush=True)
 """
-# the offline Pythia suite's model (transformers' GPT-NeoX: rotary tables) as stages/train_suite.py steps it
+# the offline Pythia suite's model (transformers' GPT-NeoX: rotary tables) as stages/pipeline/train_suite.py steps it
 SUITE_UPDATE = """
 import torch
 from stages.runtime import pin_threads

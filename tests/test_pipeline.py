@@ -9,8 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from stages import events, generate, paths, train
-from stages.io.checkpoints import listed_steps, step_file
+from stages import paths
+
+from stages.pipeline import events, generate, train
+from checkpoint_helpers import listed_steps
+from stages.io.checkpoints import step_file
 
 RUN = "copy-easy-p405k-s0"
 ARGS = ["--task", "copy", "--level", "easy"]
@@ -100,12 +103,12 @@ def cli(*args, cwd):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["stages.generate", "--task", "copi", "--level", "easy"], "unknown task 'copi'"),
-    (["stages.generate", "--task", "copy", "--level", "insane"], "unknown level 'insane'"),
-    (["stages.train", "--task", "copy", "--level", "easy", "--model", "gpt5", "--seed", "0"], "unknown model 'gpt5'"),
-    (["stages.train", "--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"], "missing dataset directory: data/datasets/copy-easy"),
-    (["stages.extract", "--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"], "missing checkpoint directory: data/checkpoints/copy-easy-p405k-s0"),
-    (["stages.measure", "--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"], "missing table: data/history/copy-easy-p405k-s0.csv"),
+    (["stages.pipeline.generate", "--task", "copi", "--level", "easy"], "unknown task 'copi'"),
+    (["stages.pipeline.generate", "--task", "copy", "--level", "insane"], "unknown level 'insane'"),
+    (["stages.pipeline.train", "--task", "copy", "--level", "easy", "--model", "gpt5", "--seed", "0"], "unknown model 'gpt5'"),
+    (["stages.pipeline.train", "--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"], "missing dataset directory: data/datasets/copy-easy"),
+    (["stages.pipeline.extract", "--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"], "missing checkpoint directory: data/checkpoints/copy-easy-p405k-s0"),
+    (["stages.pipeline.measure", "--task", "copy", "--level", "easy", "--model", "p405k", "--seed", "0"], "missing table: data/history/copy-easy-p405k-s0.csv"),
 ])
 def test_cli_errors_are_one_line(workdir, args, needle):
     result = cli(*args, cwd=workdir)
@@ -125,7 +128,7 @@ def test_bad_train_params(workdir, key, value, needle):
     params = yaml.safe_load((workdir / "params.yaml").read_text())
     params["train"]["defaults"][key] = value
     (workdir / "params.yaml").write_text(yaml.safe_dump(params))
-    result = cli("stages.train", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
+    result = cli("stages.pipeline.train", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
     assert result.returncode == 2 and needle in result.stderr, result.stderr
     assert not paths.checkpoint_dir(RUN).exists() and not paths.history_file(RUN).exists()
 
@@ -134,21 +137,21 @@ def test_corrupt_inputs_are_named_and_leave_no_output(trained_workdir):
     workdir = trained_workdir
     ckpt = step_file(paths.checkpoint_dir(RUN), 2)
     ckpt.write_bytes(b"not a safetensors file")
-    result = cli("stages.extract", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
+    result = cli("stages.pipeline.extract", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
     assert result.returncode == 2 and f"corrupt checkpoint: {ckpt}" in result.stderr
     assert not paths.hidden_file(RUN).exists() and not list(paths.hidden_file(RUN).parent.glob("*"))
     ckpt.unlink()
-    result = cli("stages.extract", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
+    result = cli("stages.pipeline.extract", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
     assert result.returncode == 2 and f"missing checkpoint: {ckpt}" in result.stderr
 
     paths.hidden_file(RUN).parent.mkdir(parents=True, exist_ok=True)
     paths.hidden_file(RUN).write_bytes(b"PAR1 garbage")
-    result = cli("stages.measure", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
+    result = cli("stages.pipeline.measure", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
     assert result.returncode == 2 and "corrupt Parquet file: data/hidden/copy-easy-p405k-s0.parquet" in result.stderr
     assert not paths.measures_file(RUN).exists()
 
     (paths.dataset_dir("copy", "easy") / "test.parquet").write_bytes(b"junk")
-    result = cli("stages.train", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
+    result = cli("stages.pipeline.train", *ARGS, "--model", "p405k", "--seed", "0", cwd=workdir)
     assert result.returncode == 2 and "corrupt Parquet file: data/datasets/copy-easy/test.parquet" in result.stderr
 
 
@@ -156,7 +159,7 @@ def test_missing_params_key_is_named(workdir):
     params = yaml.safe_load((workdir / "params.yaml").read_text())
     del params["tasks"]["copy"]["easy"]
     (workdir / "params.yaml").write_text(yaml.safe_dump(params))
-    result = cli("stages.generate", *ARGS, cwd=workdir)
+    result = cli("stages.pipeline.generate", *ARGS, cwd=workdir)
     assert result.returncode == 2 and "missing key 'tasks.copy.easy'" in result.stderr
 
 

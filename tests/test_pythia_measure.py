@@ -4,14 +4,15 @@ import yaml
 
 from stages.analysis.runs import run_events
 from stages.config import load_typed_params
-from stages import events, fetch_pythia, paths, pythia_evals, pythia_measure, train_suite
+from stages import paths
+from stages.pipeline import events, fetch_pythia, pythia_evals, pythia_measure, train_suite
 from stages.io.hidden import hidden_manifest, iter_steps
 from stages.pythia import evalsets
 from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
 from tests.pythia_helpers import pythia_params
 
 COLUMNS = ["run", "step", "layer", "rankme", "rankme_centred", "mean_dominance", "varies", "probe_acc", "test_acc",
-           "n_params"]
+           "n_params", "dim", "n_checkpoints"]
 
 
 @pytest.fixture

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages import extract, generate, paths, train
+from stages import paths
+
+from stages.pipeline import extract, generate, train
 from stages.errors import PipelineError
 from stages.io.checkpoints import MANIFEST, read_manifest, step_file
 from stages.params import validate_params
@@ -510,7 +512,7 @@ def test_train_batch_larger_than_the_data_stops_before_training(workdir, capsys)
 def test_landscape_sizes_and_memory_are_checked_before_compute(repo_params):
     import copy
 
-    from stages.landscape import check_fits
+    from stages.pipeline.landscape import check_fits
     from stages.params import validate_params
 
     manifest = {"n_params": 405_000, "model": {"d_model": 128, "n_layer": 2, "block_size": 10}}
@@ -521,10 +523,17 @@ def test_landscape_sizes_and_memory_are_checked_before_compute(repo_params):
     assert refusal(check_fits, validate_params(params).landscape, 4000, "train.parquet", manifest) == (
         "'landscape.grad.samples' = 100000 exceeds the 4000 train examples of train.parquet: at most 4000")
     params["landscape"]["grad"]["samples"] = 4000  # fits the data: 4000 x 405K float32 gradients per worker
+    params["landscape"]["memory_gb"] = 8
     message = refusal(check_fits, validate_params(params).landscape, 4000, "train.parquet", manifest)
-    assert message.startswith("landscape measures need about 12.8 GiB (2 worker(s) x 6.4 GiB") and "over 'landscape.memory_gb' = 8" in message
+    assert message.startswith("landscape measures need about 12.8 GiB (2 worker(s) x 6.4 GiB") and (
+        "over 'landscape.memory_gb' = 8: lower 'landscape.grad.samples'" in message)
     params["landscape"]["memory_gb"] = 16
     check_fits(validate_params(params).landscape, 4000, "train.parquet", manifest)
+    params["landscape"]["memory_gb"] = "auto"  # 80% of this machine's RAM
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    params["landscape"]["workers"] = int(ram / 6.4e9) + 1
+    assert "over 'landscape.memory_gb' = auto (" in refusal(
+        check_fits, validate_params(params).landscape, 4000, "train.parquet", manifest)
     params = copy.deepcopy(repo_params)
     params["landscape"]["llc"]["samples"] = 10_000
     assert "'landscape.llc.samples' = 10000 exceeds the 4000" in refusal(
@@ -617,3 +626,15 @@ def test_params_check_command_reports_an_unknown_grid_task_in_one_line(workdir, 
     assert exc.value.code == 2
     assert capsys.readouterr().err == ("error: params.yaml: unknown entry 'modd' in 'grid.tasks' (choose from: copy, "
                                        "reverse, compare, parity, add, mod, sort, mul)\n")
+
+
+def test_landscape_budget_on_the_cpu_device(repo_params):
+    """check_fits as the stage calls it, with the resolved device."""
+    import torch
+
+    from stages.landscape import check_fits, memory_budget
+    from stages.params import validate_params
+
+    manifest = {"n_params": 405_000, "model": {"d_model": 128, "n_layer": 2, "block_size": 10}}
+    check_fits(validate_params(repo_params).landscape, 4000, "t", manifest, torch.device("cpu"))
+    assert memory_budget(8, torch.device("cpu")) == (8 * 2**30, "'landscape.memory_gb' = 8")

@@ -10,8 +10,11 @@ import pytest
 import torch
 import yaml
 
-from stages import generate, paths, train
-from stages.io.checkpoints import listed_steps, step_file
+from stages import paths
+
+from stages.pipeline import generate, train
+from checkpoint_helpers import listed_steps
+from stages.io.checkpoints import step_file
 from stages.params import validate_params
 from stages.training import loop, resume
 from conftest import tiny_params

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from stages import extract, landscape, measure, pythia_measure, train
+from stages.pipeline import extract, landscape, measure, pythia_measure, train
 from stages.config import name_argument, run_id
 from stages.errors import PipelineError
 from stages.params import validate_params

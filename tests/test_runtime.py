@@ -101,21 +101,30 @@ def test_params_yaml_sets_it(repo_params):
 
 
 def _main(module: str) -> ast.FunctionDef:
-    tree = ast.parse((ROOT / "stages" / f"{module}.py").read_text())
+    tree = ast.parse((ROOT / "stages" / "pipeline" / f"{module}.py").read_text())
     return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
 
 
 @pytest.mark.parametrize("module", STAGES)
 def test_every_stage_main_sets_threads_before_its_work(module):
-    body = _main(module).body
-    calls = [i for i, stmt in enumerate(body) for n in ast.walk(stmt)
-             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "set_threads"]
-    assert len(calls) == 1, f"stages/{module}.py main() must call set_threads(params) once"
-    # nothing but argument parsing, the run id and reading params.yaml comes before it
-    for stmt in body[:calls[0]]:
-        called = {getattr(n.func, "id", getattr(n.func, "attr", None)) for n in ast.walk(stmt) if isinstance(n, ast.Call)}
-        allowed = {"stage_arguments", "run_id", "pythia_run_id", "load_params", "load_typed_params"}
-        assert called <= allowed, (module, called)
+    """Each stage that computes with torch runs behind ``@stage(...)`` with its threads applied
+    (stages/pipeline/__init__.py: arguments, params, then set_threads, before the stage's own work)."""
+    decorators = [ast.unparse(d) for d in _main(module).decorator_list]
+    assert len(decorators) == 1 and decorators[0].startswith("stage(") and "threads=False" not in decorators[0], decorators
+
+
+def test_the_stage_entry_sets_threads_after_params_and_before_the_work(workdir, monkeypatch):
+    from stages import pipeline, runtime
+
+    calls = []
+    monkeypatch.setattr(runtime, "set_threads", lambda params: calls.append(("threads", params.runtime.threads)))
+
+    @pipeline.stage("task")
+    def main(args, params):
+        calls.append(("work", args.task))
+
+    main(["--task", "copy"])
+    assert calls == [("threads", 2), ("work", "copy")]
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -126,7 +135,7 @@ def test_dvc_tracks_runtime(stage):
 
 @pytest.mark.parametrize("landscape_threads,expected", [(0, 2), (1, 1)])
 def test_landscape_threads_overrides_when_nonzero(keep_threads, workdir, landscape_threads, expected):
-    from stages import landscape
+    from stages.pipeline import landscape
 
     params = yaml.safe_load((workdir / "params.yaml").read_text())
     params["runtime"]["threads"] = 2
@@ -153,3 +162,15 @@ def test_rerun_outcomes_script_checks_its_arguments():
     done = subprocess.run([str(script), "copy", "easy"], capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.strip() == "usage: scripts/rerun_outcomes.sh TASK LEVEL MODEL SEED N"
+
+
+@pytest.mark.parametrize("module", STAGES)
+def test_every_stage_prepares_its_environment_before_numpy_and_torch_load(module):
+    """stages.runtime.prepare, under ``if __name__ == "__main__"``, before the module's first import of
+    anything but ``__future__`` (its environment acts only before numpy and torch load)."""
+    tree = ast.parse((ROOT / "stages" / "pipeline" / f"{module}.py").read_text())
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    body = [n for n in body if not (isinstance(n, ast.ImportFrom) and n.module == "__future__")]
+    guard = body[0]
+    assert isinstance(guard, ast.If) and ast.unparse(guard.test) == "__name__ == '__main__'", module
+    assert [ast.unparse(n) for n in guard.body] == ["from stages.runtime import prepare", "prepare()"], module

@@ -23,7 +23,7 @@ from studies import generate as gen
 
 def test_every_committed_study_is_current():
     names = gen.study_names()
-    assert "scale" in names
+    assert "scale" in names and "paper" in names
     for name in names:
         assert gen.stale(name) == [], f"run `python -m studies.generate {name}`"
 
@@ -65,21 +65,22 @@ def test_scale_study_rewrites_paths_for_its_folder():
     folder = ROOT / "studies" / "scale"
     dvc = yaml.safe_load((folder / "dvc.yaml").read_text())
     root = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    assert list(dvc["stages"]) == ["generate", "train", "extract", "measure", "events", "landscape"]
+    spec = yaml.safe_load((folder / "study.yaml").read_text())
+    assert list(dvc["stages"]) == [s for s in root["stages"] if s in spec["stages"]]  # the root's order
+    assert {"train", "events", "landscape", "plot_pages"} <= set(dvc["stages"]) and "fetch_pythia" not in dvc["stages"]
     for name, stage in dvc["stages"].items():
         assert stage["cmd"] == "PYTHONPATH=../.. " + root["stages"][name]["cmd"]
         for dep in stage["deps"]:
             if dep.startswith("../../"):
                 assert (folder / dep).resolve().exists(), dep  # code: the root's files
             else:
-                assert dep.split("/")[0] == "data"
+                assert dep.split("/")[0] in gen.OUTPUT_ROOTS  # written by a stage of the study
         for out in stage["outs"]:
             path = next(iter(out)) if isinstance(out, dict) else out
             assert path.split("/")[0] in gen.OUTPUT_ROOTS  # written inside the study's folder
     events = dvc["stages"]["events"]
     assert "data/pythia/accuracy" not in events["deps"] and "data/landscape" in events["deps"]
     assert not any(str(p).startswith("pythia") for p in events["params"])  # the study has no pythia section
-    spec = yaml.safe_load((folder / "study.yaml").read_text())
     assert dvc["stages"]["landscape"]["matrix"] == spec["matrix"]["landscape"]
     assert dvc["plots"] == root["plots"]
     params = load_typed_params(folder / "params.yaml")  # the schema accepts it
@@ -94,7 +95,7 @@ def _run(cmd, cwd, **kw):
 
 
 TOY = """\
-stages: [generate, train, extract, measure, landscape, events]
+stages: [generate, train, extract, measure, landscape, events, plot_pages]
 params:
   grid.tasks: [copy, reverse, mod]
   grid.levels: [easy]
@@ -106,12 +107,13 @@ params:
   train.defaults.steps: 12
   train.defaults.batch_size: 64
   train.defaults.n_checkpoints: 6
+  events.sensitivity.n_checkpoints: [4, 0]
   train.defaults.eval_train_max: 64
   train.defaults.device: cpu
   train.tasks.copy.easy: {}
   train.tasks.reverse.easy: {}
   train.tasks.mod.easy: {}
-  tasks.mod.easy: {modulus: 11, train_fraction: 0.5, op: add}
+  tasks.mod.easy: {modulus: 13, train_fraction: 0.5, op: add}   # 84 train rows: room for the batch of 64
   extract.probe_size: 48
   events.bootstrap.resamples: 50
   landscape.max_checkpoints: 3
@@ -166,3 +168,24 @@ def test_toy_study_end_to_end(tmp_path):
     # the root's committed metrics/summary.json on the left, the study's on the right
     out = _run([sys.executable, "-m", "studies.diff", "toy", "--metrics", "--all"], dest)
     assert "metrics/summary.json" in out and "runs" in out and "toy" in out.splitlines()[0]
+
+
+def test_paper_study_is_the_papers_grid_and_every_cell_fits():
+    from stages.pipeline.generate import generate
+    from stages.models.presets import PAPER_SIZES
+
+    folder = ROOT / "studies" / "paper"
+    params = load_typed_params(folder / "params.yaml")
+    assert params.grid.models == list(PAPER_SIZES) and len(params.grid.seeds) == 3
+    assert len(params.grid.tasks) == 8 and params.grid.levels == ["easy", "medium", "hard"]
+    assert params.pythia.profile == "pythia" and params.pythia.models == ["160m", "410m", "2.8b"]
+    assert params.landscape.grad.sketch_dim > 0 and params.train.defaults.precision == "auto"
+    for task in params.grid.tasks:  # the probe set and the batch fit every cell's splits
+        for level in params.grid.levels:
+            ds = generate(task, level, params)
+            assert len(ds.test_prompt) >= params.extract.probe_size, (task, level)
+            assert len(ds.train_prompt) >= params.train.resolve(task, level).batch_size, (task, level)
+    dvc = yaml.safe_load((folder / "dvc.yaml").read_text())
+    assert "train_suite" not in dvc["stages"] and "pythia_measure" in dvc["stages"]
+    assert "data/pythia/hub" not in dvc["stages"]["fetch_pythia"].get("deps", [])  # the local suite's output
+    assert "data/pythia/accuracy" in dvc["stages"]["events"]["deps"]

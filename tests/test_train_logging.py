@@ -8,13 +8,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from stages import generate, paths, train, train_suite
+from stages import paths
+
+from stages.pipeline import generate, train, train_suite
 from stages.errors import PipelineError
 from stages.params import validate_params
 from stages.tasks import LEVELS
-from stages.train import resolve_train_params
+from stages.pipeline.train import resolve_train_params
 from stages.training.live import TRAIN_METRICS, curve_log, history_logger
-from stages.training.loop import TrainConfig
+from stages.params import TrainSettings
 from stages.training.schedule import warmup_cosine_factor
 from stages.training.loop import train as train_loop
 from pythia_helpers import pythia_params
@@ -88,7 +90,7 @@ def test_too_many_checkpoints_warn_and_train(workdir):
     params = yaml.safe_load((workdir / "params.yaml").read_text())
     params["train"]["defaults"]["steps"] = 4  # n_checkpoints 6 > steps + 1
     (workdir / "params.yaml").write_text(yaml.safe_dump(params))
-    result = subprocess.run([sys.executable, "-m", "stages.train", *ARGS, "--model", "p405k", "--seed", "0"],
+    result = subprocess.run([sys.executable, "-m", "stages.pipeline.train", *ARGS, "--model", "p405k", "--seed", "0"],
                             cwd=workdir, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     # off the pinned CPU code paths (a CPU without AVX2, say) the stage ends with one more warning, about the
@@ -155,7 +157,10 @@ def test_resumed_training_logs_the_same_curve(tmp_path):
     from stages.models import GPT, model_config
 
     seq = torch.randint(0, 12, (32, 8), generator=torch.Generator().manual_seed(0))
-    cfg = TrainConfig(steps=6, lr=1e-2, weight_decay=0.0, batch_size=8, checkpoints=[0, 1, 2, 4, 6])
+    cfg = TrainSettings.model_validate({"steps": 6, "lr": 1e-2, "weight_decay": 0.0, "batch_size": 8, "warmup": 0,
+                                        "schedule": "constant", "betas": [0.9, 0.98], "grad_clip": 1.0, "device": "cpu",
+                                        "n_checkpoints": 5, "log_fraction": 0.5, "log_until": 0.1,
+                                        "eval_batch_size": 4096})
 
     def model():
         torch.manual_seed(0)
@@ -169,7 +174,7 @@ def test_resumed_training_logs_the_same_curve(tmp_path):
                 callback(row)
                 if row["step"] == crash_at:
                     raise KeyboardInterrupt
-            train_loop(model(), cfg, seq, seq[:16], prompt_len=4, out_dir=out, progress=False,
+            train_loop(model(), cfg, seq, seq[:16], prompt_len=4, out_dir=out, seed=0, checkpoints=[0, 1, 2, 4, 6], progress=False,
                        on_checkpoint=on_checkpoint)
 
     run(tmp_path / "ref", tmp_path / "ref_live")

@@ -254,3 +254,17 @@ def test_summary_carries_cross_scale_numbers_with_two_sizes():
     one = event_rows(NINE, acq={"p405k": acq["p405k"]}, rec={"p405k": acq["p405k"]})
     assert not any(k.startswith("rho_") for k in summary_metrics(table(one), one, "rankme_centred",
                                                                  cross_scale(one, resamples=R)))
+
+
+def test_the_pythia_stand_in_is_not_a_model_size():
+    from stages.analysis.paper import model_sizes
+
+    cells = [("copy", "easy"), ("mod", "easy"), ("mod", "hard")]
+    rows = event_rows(cells, acq={"p405k": [15, 100, 300]}, rec={"p405k": [5, 30, 140]})
+    pythia = event_rows([("pythia", "lm")], models=(("tiny", 100_000),), acq={"tiny": [384]}, rec={"tiny": [768]})
+    both = pd.concat([rows, pythia], ignore_index=True)
+    assert cross_scale(both[both["measure"] == "rankme_centred"], resamples=R)["pairs"]  # would pair tiny with p405k
+    assert cross_scale(model_sizes(both[both["measure"] == "rankme_centred"]), resamples=R)["pairs"] == {}
+    t = compare(both, "rankme_centred", cross_scale(model_sizes(both), resamples=R), pd.DataFrame(), resamples=R)
+    assert row(t, "collapse is top-down (p405k)", measure="raw RankMe (paper's)")["n"] == "3 configs, 3 runs"
+    assert not t["claim"].str.contains("tiny").any()  # never pooled, never a size

@@ -1,6 +1,6 @@
 """Transitions of the landscape measures and whether each precedes acquisition.
 
-Input: one run's ``data/landscape/<run>.csv`` (see :mod:`stages.landscape`), its acquisition step
+Input: one run's ``data/landscape/<run>.csv`` (see :mod:`stages.pipeline.landscape`), its acquisition step
 and the shared event rules (:class:`stages.analysis.events.Rules`). Each measure has a direction,
 set in ``params.yaml: landscape_events.directions``:
 
@@ -49,7 +49,7 @@ import pandas as pd
 
 from stages.analysis.events import ABSENT, FOUND, UNDETERMINED, Rules, find_dip, lead_fraction, precursor_verdict
 
-DIRECTIONS = ("dip", "rise")
+from stages.params import DIRECTIONS  # noqa: E402  declared once
 BELOW_NOISE = "below_noise"
 TRUNCATED = "truncated"
 NOISE_COLUMNS = {"llc": "llc_std", "hessian_top1": "hessian_top1_noise"}

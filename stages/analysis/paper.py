@@ -39,6 +39,11 @@ GROUPINGS = {  # label -> (how to select the rows, which class)
 }
 
 
+def model_sizes(rows: pd.DataFrame) -> pd.DataFrame:
+    """The runs that compare model sizes: the algorithmic ones (the Pythia stand-in is not a size)."""
+    return rows[rows["task"] != PYTHIA_TASK]
+
+
 def _row(claim, measure, grouping, paper, est, verdict, rule, how, percent=True) -> dict:
     measurable = verdict != V.NOT_MEASURABLE
     return {"claim": claim, "measure": measure, "grouping": grouping, "paper": paper,

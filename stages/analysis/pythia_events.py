@@ -25,7 +25,7 @@ import pandas as pd
 from stages.analysis.events import Rules, acquisition, lead_fraction, precursor_verdict
 from stages.errors import PipelineError
 
-HALFWAY = "halfway"
+from stages.params import HALFWAY  # noqa: E402  declared once
 COLUMNS = ["eval_set", "chance", "threshold", "acquisition_step", "acquisition_status", "lead_fraction", "precursor"]
 NEEDED = ("eval_set", "step", "accuracy", "chance")
 # An accuracy that equals the threshold counts as reaching it, whatever the rounding of chance + f (1 - chance)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from stages.analysis.events import Rules, acquisition, find_dip, layer_order, lead_fraction, precursor_verdict
 
-GEOMETRY = ("rankme", "rankme_centred")
+from stages.params import GEOMETRY  # noqa: E402  the geometry measures, declared once
 
 
 def varying_layers(frame: pd.DataFrame) -> list[int]:

@@ -162,6 +162,3 @@ def _model_config(directory, manifest: dict) -> GPTConfig:
                             f"block_size, n_layer, n_head, d_model to positive integers, got {model!r})")
     return cfg
 
-
-def listed_steps(directory: str | os.PathLike) -> list[int]:
-    return sorted(int(m.group(1)) for p in Path(directory).iterdir() if (m := _STEP_FILE.search(p.name)))

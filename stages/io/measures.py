@@ -12,11 +12,13 @@ centred RankMe where a layer's states vary. docs/reliability.md lists the checks
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from stages.config import LEVELS, TASK_NAMES
 from stages.errors import PipelineError
 from stages.io.tables import (check_checkpoint_count, check_range, check_step_order, numeric_column, read_csv,
                                row_where)
@@ -84,17 +86,22 @@ def read_measures(path: str | os.PathLike, expected_steps=None) -> pd.DataFrame:
     return frame
 
 
-def _is_pythia(frame: pd.DataFrame, path: Path) -> bool:
+_SMALL_RUN = re.compile(rf"({'|'.join(TASK_NAMES)})-({'|'.join(LEVELS)})-[A-Za-z0-9._-]+-s\d+")
+
+
+def _exact_match(frame: pd.DataFrame, path: Path) -> bool:
+    """A small-model run of the grid (``<task>-<level>-<model>-s<seed>``), whose ``test_acc`` is an
+    exact-match rate; other runs (Pythia, the monitor's) carry a chance-corrected accuracy."""
     runs = frame["run"].astype(str) if "run" in frame.columns else pd.Series([path.stem])
-    return bool(runs.str.startswith("pythia-").all())
+    return bool(runs.map(lambda r: bool(_SMALL_RUN.fullmatch(r))).all())
 
 
 def _check_measure_values(frame: pd.DataFrame, path: Path) -> None:
-    """Values a measures row cannot take. ``test_acc``: exact match in [0, 1]; a Pythia run's is
-    chance-corrected, in [-1, 1]. ``probe_acc`` in [0, 1]. ``rankme`` and ``rankme_centred`` in
+    """Values a measures row cannot take. ``test_acc``: a grid run's exact match in [0, 1]; another
+    run's (Pythia, the monitor's) is chance-corrected, in [-1, 1]. ``probe_acc`` in [0, 1]. ``rankme`` and ``rankme_centred`` in
     [1, dim] (``dim``: the hidden size, where the table has it); ``rankme_centred`` present wherever
     ``varies`` says the layer's states vary."""
-    low = -1.0 if _is_pythia(frame, path) else 0.0
+    low = 0.0 if _exact_match(frame, path) else -1.0
     check_range(frame, "test_acc", path, low, 1.0, f"an accuracy in [{low:g}, 1]")
     for column in ("probe_acc",):
         if column in frame.columns:

@@ -48,11 +48,6 @@ def singular_values_from_gram(gram: np.ndarray) -> np.ndarray:
     return np.sqrt(np.clip(eig, 0.0, None))
 
 
-def singular_values(grads: torch.Tensor, centre: bool = False) -> np.ndarray:
-    """Singular values (descending) of ``G`` (``[n, P]``, ``n << P``), centred first if ``centre``."""
-    return singular_values_from_gram(gram_matrix(grads, centre))
-
-
 def effective_rank_cap(n_samples: int, n_columns: int) -> int:
     """Largest possible gradient effective rank: ``min(samples, columns of G)``."""
     return int(min(n_samples, n_columns))

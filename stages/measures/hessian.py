@@ -77,11 +77,3 @@ def hessian_top_eigenvalues_repeated(model: torch.nn.Module, loss_fn: Callable[[
     top = runs[:, 0][~np.isnan(runs[:, 0])]
     spread = float(top.max() - top.min()) if len(top) >= 2 else float("nan")
     return best, spread
-
-
-def hessian_top_eigenvalues(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module], torch.Tensor], k: int = 1,
-                            tol: float = 1e-3, maxiter: int | None = None, seed: int = 0) -> np.ndarray:
-    """Top-``k`` Hessian eigenvalues of ``loss_fn(model)`` at ``model``'s current weights."""
-    model.eval()
-    params = [p for p in model.parameters() if p.requires_grad]
-    return top_eigenvalues(hvp_operator(lambda: loss_fn(model), params), k=k, tol=tol, maxiter=maxiter, seed=seed)

@@ -22,7 +22,7 @@ PRESETS: dict[str, dict] = {
     "p71m": {"n_layer": 10, "d_model": 768, "n_head": 12},
     "p151m": {"n_layer": 12, "d_model": 1024, "n_head": 16},
 }
-if tuple(PRESETS) != MODEL_NAMES:  # grid validation (stages.config.grid_settings) reads the names there
+if tuple(PRESETS) != MODEL_NAMES:  # the schema's grid validation (stages/params.py) reads the names there
     raise ImportError(f"stages.config.MODEL_NAMES {MODEL_NAMES} differs from the presets {tuple(PRESETS)}")
 PROXY_SIZES = ("p100k",)
 PAPER_SIZES = tuple(name for name in PRESETS if name not in PROXY_SIZES)

@@ -30,7 +30,7 @@ Writes under ``--out`` (default ``monitor``), for run ``--run`` (default: the fo
 * ``hidden/<run>.parquet``: the last-token hidden state of every layer, one row group per checkpoint
   (schema of stages/io/hidden.py); committed when the command ends;
 * ``measures/<run>.csv``: run, step, layer, rankme, rankme_centred, mean_dominance, varies,
-  probe_acc, test_acc, n_params (as stage ``measure``), rewritten after every checkpoint;
+  probe_acc, test_acc, n_params, dim (as stage ``measure``), rewritten after every checkpoint;
 * ``trajectories/<run>.csv``: the plot table (stages/analysis/trajectories.py);
 * ``events/<run>.csv`` and ``events/<run>-layers.csv``: the offline events of the run as stage
   ``events`` computes them (rules from ``params.yaml: events`` when present);
@@ -383,7 +383,7 @@ class Measurer:
                     pass
             rows.append({"run": self.run, "step": step, "layer": layer,
                          **{k: v[layer].item() for k, v in geo.items()},
-                         "probe_acc": probe_acc, "test_acc": test_acc, "n_params": n_params})
+                         "probe_acc": probe_acc, "test_acc": test_acc, "n_params": n_params, "dim": d})
         self.rows.extend(rows)
         self.done.add(step)
         tracked = self.monitor.chosen_layer

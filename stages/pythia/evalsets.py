@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from stages.errors import PipelineError
 from stages.io.tables import read_parquet, write_parquet
-from stages.pythia.grammar import DIAGNOSTIC, GENERATORS
+from stages.pythia.grammar import GENERATORS
 
 SCHEMA = pa.schema([("eval_set", pa.string()), ("item", pa.int32()), ("context", pa.string()),
                     ("choices", pa.list_(pa.string())), ("answer", pa.int32())])
@@ -55,6 +55,3 @@ def read(path: str | os.PathLike) -> pd.DataFrame:
     frame["choices"] = frame["choices"].map(list)
     return frame
 
-
-def is_diagnostic(name: str) -> bool:
-    return name in DIAGNOSTIC

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -60,6 +59,3 @@ def publish(cache_dir: str | os.PathLike, repo_id: str, revision: str, save) -> 
     write_text(storage / "refs" / revision, commit)
     return commit
 
-
-def remove_repo(cache_dir: str | os.PathLike, repo_id: str) -> None:
-    shutil.rmtree(Path(cache_dir) / repo_folder_name(repo_id=repo_id, repo_type="model"), ignore_errors=True)

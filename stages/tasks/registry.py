@@ -172,7 +172,7 @@ TASKS: dict[str, Task] = {
 }
 
 
-if tuple(TASKS) != TASK_NAMES:  # grid validation (stages.config.grid_settings) reads the names there
+if tuple(TASKS) != TASK_NAMES:  # the schema's grid validation (stages/params.py) reads the names there
     raise ImportError(f"stages.config.TASK_NAMES {TASK_NAMES} differs from the tasks {tuple(TASKS)}")
 
 

@@ -1,4 +1,4 @@
-"""The training loop of the small models and of the offline Pythia suite (stages/train_suite.py).
+"""The training loop of the small models and of the offline Pythia suite (stages/pipeline/train_suite.py).
 
 :func:`run_steps` is the one loop: updates ``0 .. steps-1``, a checkpoint callback before each listed
 step (and after the last update). :func:`train` drives it for the small GPTs: AdamW, exact-match
@@ -6,7 +6,6 @@ evaluation at every checkpoint, and crash-safe resume (stages/training/resume.py
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -18,26 +17,10 @@ from tqdm import tqdm
 from stages.io.checkpoints import save_state, step_file
 from stages.models.gpt import GPT
 from stages.models.vendor_neutral_ops import cross_entropy as portable_cross_entropy
+from stages.params import TrainSettings
 from stages.training.precision import autocast
 from stages.training.resume import clear_resume, load_resume, remove_leftovers, save_resume
 from stages.training.schedule import lr_at
-
-
-@dataclass
-class TrainConfig:
-    steps: int
-    lr: float
-    weight_decay: float
-    batch_size: int
-    warmup: int = 0
-    schedule: str = "constant"
-    min_lr_ratio: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.98)
-    grad_clip: float = 1.0
-    seed: int = 0
-    eval_batch_size: int = 4096
-    checkpoints: list[int] = field(default_factory=list)
-    precision: str = "fp32"  # fp32 | bf16 (autocast; see stages.training.precision)
 
 
 def sequences(prompt: np.ndarray, answer: np.ndarray, device) -> torch.Tensor:
@@ -146,25 +129,28 @@ def batch_indices(seed: int, step: int, n: int, batch_size: int) -> np.ndarray |
     return np.random.default_rng([seed, step]).choice(n, size=batch_size, replace=False)
 
 
-def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch.Tensor, prompt_len: int,
-          out_dir: Path, progress: bool = True, eval_train_max: int = 4096,
+def train(model: GPT, settings: TrainSettings, train_seq: torch.Tensor, test_seq: torch.Tensor, prompt_len: int,
+          out_dir: Path, *, seed: int, checkpoints: Iterable[int], precision: str = "fp32", progress: bool = True,
           on_checkpoint: Callable[[dict], None] | None = None) -> list[dict]:
-    """Train ``model``; save every checkpoint step to ``out_dir`` and return the history rows.
+    """Train ``model`` with one run's ``settings`` (``train.*`` of params.yaml, merged: the schema's
+    :class:`~stages.params.TrainSettings`); save every step of ``checkpoints`` to ``out_dir`` and return
+    the history rows. ``seed`` fixes the batch order; ``precision`` is the resolved ``fp32`` or ``bf16``.
 
     ``on_checkpoint`` (a curve logger) is called with every history row in step order: first the rows
     a resumed run restores, then each new checkpoint's, so it sees the same rows either way.
 
     ``out_dir`` also holds the resume state (model, optimiser, history and RNG states at the last
-    checkpoint; see :func:`save_resume`), so a crashed run restarted on the same directory continues
+    checkpoint; stages/training/resume.py), so a crashed run restarted on the same directory continues
     where it stopped, bit for bit, dropout included.
     """
+    cfg = settings
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_leftovers(out_dir)
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas)
     history, start = load_resume(out_dir, model, opt, train_seq.device)
     for row in history if on_checkpoint else ():
         on_checkpoint(row)
-    eval_train = train_seq[:eval_train_max]
+    eval_train = train_seq[:cfg.eval_train_max]
     done = {row["step"] for row in history}
     last_loss = float("nan")
 
@@ -174,8 +160,8 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
     def checkpoint(step: int) -> dict | None:
         if step in done:
             return None
-        test_loss, test_acc = evaluate(model, test_seq, prompt_len, cfg.eval_batch_size, cfg.precision)
-        train_loss_eval, train_acc = evaluate(model, eval_train, prompt_len, cfg.eval_batch_size, cfg.precision)
+        test_loss, test_acc = evaluate(model, test_seq, prompt_len, cfg.eval_batch_size, precision)
+        train_loss_eval, train_acc = evaluate(model, eval_train, prompt_len, cfg.eval_batch_size, precision)
         history.append({"step": step, "train_loss": train_loss_eval, "batch_loss": last_loss,
                         "test_loss": test_loss, "test_acc": test_acc, "train_acc": train_acc,
                         "lr": lr(max(step - 1, 0))})
@@ -188,11 +174,11 @@ def train(model: GPT, cfg: TrainConfig, train_seq: torch.Tensor, test_seq: torch
     def step(s: int) -> None:
         nonlocal last_loss
         set_lr(opt, lr(s))
-        idx = batch_indices(cfg.seed, s, len(train_seq), cfg.batch_size)
+        idx = batch_indices(seed, s, len(train_seq), cfg.batch_size)
         batch = train_seq if idx is None else train_seq[torch.as_tensor(idx, device=train_seq.device)]
-        last_loss = update(model, opt, batch, prompt_len, cfg.grad_clip, cfg.precision).item()
+        last_loss = update(model, opt, batch, prompt_len, cfg.grad_clip, precision).item()
 
     model.train()
-    run_steps(cfg.steps, cfg.checkpoints, step, checkpoint, start, progress, out_dir.name)
+    run_steps(cfg.steps, checkpoints, step, checkpoint, start, progress, out_dir.name)
     clear_resume(out_dir)
     return history

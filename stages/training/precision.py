@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import torch
 
-from stages.config import choose
 from stages.errors import PipelineError
-
-PRECISIONS = ("auto", "fp32", "bf16")
+from stages.params import PRECISIONS  # noqa: F401  declared once, checked by the schema
 AUTO_BF16_MIN_PARAMS = 10_000_000
 
 
 def resolve_precision(name: str, device: torch.device, n_params: int, key: str = "precision") -> str:
-    """``fp32`` or ``bf16`` for a model of ``n_params`` parameters on ``device``."""
-    choose(name, PRECISIONS, key)
+    """``fp32`` or ``bf16`` for a model of ``n_params`` parameters on ``device``; ``name`` is one of
+    :data:`PRECISIONS` (the schema checked it)."""
     cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     if name == "auto":
         return "bf16" if cuda_bf16 and n_params >= AUTO_BF16_MIN_PARAMS else "fp32"

@@ -6,11 +6,7 @@ import sys
 
 import numpy as np
 
-from stages.config import choose, fraction, positive_int
-from stages.errors import PipelineError
-
-MAX_CHECKPOINTS = 256
-LR_SCHEDULES = ("constant", "cosine", "linear")
+from stages.params import LR_SCHEDULES, MAX_CHECKPOINTS  # noqa: F401  declared once, checked by the schema
 
 
 def checkpoint_steps(steps: int, n_checkpoints: int, log_fraction: float = 0.5, log_until: float = 0.1,
@@ -20,13 +16,9 @@ def checkpoint_steps(steps: int, n_checkpoints: int, log_fraction: float = 0.5, 
     ``log_fraction`` of them are log-spaced in ``[1, log_until * steps]``, the rest linear up to
     ``steps``. Collisions after rounding are refilled in the widest remaining gaps. More than
     ``steps + 1`` checkpoints (every step) is clamped to ``steps + 1`` with one warning line on stderr.
+    The values are the schema's (stages/params.py checked their types and ranges).
     """
-    steps = positive_int(steps, f"{key}.steps")
-    n = positive_int(n_checkpoints, f"{key}.n_checkpoints")
-    log_fraction = fraction(log_fraction, f"{key}.log_fraction")
-    log_until = fraction(log_until, f"{key}.log_until")
-    if n > MAX_CHECKPOINTS:
-        raise PipelineError(f"'{key}.n_checkpoints' is {n}, more than the maximum of {MAX_CHECKPOINTS}")
+    n = n_checkpoints
     if n > steps + 1:
         print(f"warning: '{key}.n_checkpoints' is {n}, more checkpoints than steps ({key}.steps = {steps}); "
               f"using {steps + 1}, one at every step", file=sys.stderr)
@@ -54,8 +46,8 @@ def checkpoint_steps(steps: int, n_checkpoints: int, log_fraction: float = 0.5, 
 
 
 def lr_at(step: int, base_lr: float, total: int, warmup: int, schedule: str, min_lr_ratio: float = 0.0) -> float:
-    """Learning rate for update number ``step`` (0-based) with linear warm-up."""
-    choose(schedule, LR_SCHEDULES, "train.schedule")
+    """Learning rate for update number ``step`` (0-based) with linear warm-up; ``schedule`` is one of
+    :data:`LR_SCHEDULES` (the schema checked it once)."""
     if warmup and step < warmup:
         return base_lr * (step + 1) / warmup
     if schedule == "constant":

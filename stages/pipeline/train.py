@@ -20,27 +20,22 @@ import pandas as pd
 import torch
 
 from stages import paths
-from stages.cli import stage_arguments
-from stages.config import choose, load_typed_params, run_id
-from stages.errors import PipelineError, main_guard
+from stages.config import choose, run_id
+from stages.errors import PipelineError
 from stages.io.checkpoints import step_digests, write_manifest
 from stages.io.datasets import load_split
 from stages.io.tables import write_csv
 from stages.models import GPT, PRESETS, model_config
 from stages.params import Params, TrainSettings
-from stages.runtime import paths_record, set_threads
+from stages.runtime import paths_record
 from stages.tasks import LEVELS, get_task
 from stages.training.device import resolve_device
 from stages.training.live import curve_log, history_logger
-from stages.training.loop import TrainConfig, sequences, train
+from stages.training.loop import sequences, train
 from stages.training.memory import check_fits, train_bytes
 from stages.training.precision import resolve_precision
 from stages.training.schedule import checkpoint_steps
-
-# The train settings this stage reads (tests/test_params_schema.py checks the schema's TrainSettings has them).
-TRAIN_KEYS = {"steps", "lr", "weight_decay", "batch_size", "warmup", "schedule", "min_lr_ratio", "betas",
-              "grad_clip", "device", "n_checkpoints", "log_fraction", "log_until", "eval_batch_size",
-              "eval_train_max", "dropout", "precision"}
+from stages.pipeline import stage
 
 
 def resolve_train_params(params: Params, task: str, level: str) -> TrainSettings:
@@ -95,13 +90,9 @@ def run(task: str, level: str, model_name: str, seed: int, params: Params, progr
     partial.mkdir(parents=True, exist_ok=True)
     (partial / "run-config.json").write_text(_fingerprint(hp, cfg, meta, seed))
 
-    tcfg = TrainConfig(steps=settings.steps, lr=settings.lr, weight_decay=settings.weight_decay,
-                       batch_size=settings.batch_size, warmup=settings.warmup, schedule=settings.schedule,
-                       min_lr_ratio=settings.min_lr_ratio, betas=settings.betas, grad_clip=settings.grad_clip,
-                       seed=seed, eval_batch_size=settings.eval_batch_size, checkpoints=steps, precision=precision)
     with curve_log(paths.dvclive_dir(rid)) as log:  # loss, accuracy and lr per checkpoint (DVCLive)
-        history = train(model, tcfg, sequences(train_p, train_a, device), sequences(test_p, test_a, device),
-                        prompt_len, partial, progress=progress, eval_train_max=settings.eval_train_max,
+        history = train(model, settings, sequences(train_p, train_a, device), sequences(test_p, test_a, device),
+                        prompt_len, partial, seed=seed, checkpoints=steps, precision=precision, progress=progress,
                         on_checkpoint=history_logger(log))
     manifest = {"run": rid, "task": task, "level": level, "model_name": model_name, "seed": seed, "model": cfg.to_dict(),
                 "n_params": model.num_params(), "steps": steps, "train": hp, "device": str(device),
@@ -124,11 +115,8 @@ def _fingerprint(hp: dict, cfg, meta: dict, seed: int) -> str:
     return json.dumps({"train": hp, "seed": seed, "model": cfg.to_dict(), "dataset": meta}, sort_keys=True)
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
-    params = load_typed_params(args.params)
-    set_threads(params)
+@stage("task", "level", "model", "seed")
+def main(args, params: Params) -> None:
     clock = time.perf_counter()
     manifest = run(args.task, args.level, args.model, args.seed, params)
     print(f"{manifest['run']}: {manifest['n_params']} params, {len(manifest['steps'])} checkpoints, "

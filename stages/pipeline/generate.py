@@ -7,13 +7,12 @@ from __future__ import annotations
 
 
 from stages import paths
-from stages.cli import stage_arguments
-from stages.config import load_typed_params
-from stages.errors import PipelineError, main_guard
+from stages.errors import PipelineError
 from stages.io.datasets import write_dataset
 from stages.params import Params
 from stages.tasks import LEVELS, build_dataset, get_task
 from stages.tasks.dataset import Dataset
+from stages.pipeline import stage
 
 
 def generate(task: str, level: str, params: Params) -> Dataset:
@@ -26,10 +25,9 @@ def generate(task: str, level: str, params: Params) -> Dataset:
     return build_dataset(task, level, params.tasks.knobs(task, level), ds.seed, ds.n_train, ds.n_test)
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level")
-    ds = generate(args.task, args.level, load_typed_params(args.params))
+@stage("task", "level", threads=False)
+def main(args, params: Params) -> None:
+    ds = generate(args.task, args.level, params)
     out = paths.dataset_dir(args.task, args.level)
     write_dataset(ds, out)
     print(f"{out}: {len(ds.train_prompt)} train, {len(ds.test_prompt)} test, vocab {ds.vocab_size}")

@@ -21,18 +21,17 @@ from tqdm import tqdm
 
 from stages import paths
 from stages.analysis.trajectories import trajectory
-from stages.cli import stage_arguments
-from stages.config import load_typed_params, run_id
-from stages.errors import PipelineError, main_guard
+from stages.config import run_id
+from stages.errors import PipelineError
 from stages.io.hidden import hidden_manifest, iter_steps
 from stages.io.history import accuracy_by_step
 from stages.io.atomic import output_set
 from stages.io.tables import write_csv
 from stages.measures.probes import probe_accuracy, split_mask
 from stages.measures.rankme import geometry
-from stages.params import Measures
-from stages.runtime import set_threads
+from stages.params import Measures, Params
 from stages.training.device import resolve_device
+from stages.pipeline import stage
 
 
 def measure(rid: str, cfg: Measures, progress: bool = True, portable: bool = False) -> pd.DataFrame:
@@ -68,12 +67,9 @@ def measure(rid: str, cfg: Measures, progress: bool = True, portable: bool = Fal
     return frame
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
+@stage("task", "level", "model", "seed")
+def main(args, params: Params) -> None:
     rid = run_id(args.task, args.level, args.model, args.seed)
-    params = load_typed_params(args.params)
-    set_threads(params)
     frame = measure(rid, params.measures, portable=params.runtime.cpu_paths == "portable")
     with output_set():  # both tables or neither
         write_csv(frame, paths.measures_file(rid))

@@ -18,20 +18,18 @@ import torch
 from tqdm import tqdm
 
 from stages import paths
-from stages.cli import stage_arguments
-from stages.config import load_typed_params, run_id
-from stages.errors import PipelineError, main_guard
+from stages.config import run_id
+from stages.errors import PipelineError
 from stages.io.atomic import atomic_path
 from stages.io.checkpoints import load_model, read_manifest, verify_checkpoints
 from stages.io.datasets import load_split
 from stages.io.hidden import schema, step_table
-from stages.params import Extract
-from stages.runtime import set_threads
+from stages.params import Extract, Params
 from stages.training.device import resolve_device
 from stages.training.loop import sequences
 from stages.training.precision import autocast, resolve_precision
+from stages.pipeline import stage
 
-POSITIONS = ("first", "all")
 
 
 @torch.no_grad()
@@ -82,11 +80,8 @@ def extract(task: str, level: str, model_name: str, seed: int, cfg: Extract, pro
     return str(out)
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
-    params = load_typed_params(args.params)
-    set_threads(params)
+@stage("task", "level", "model", "seed")
+def main(args, params: Params) -> None:
     print(extract(args.task, args.level, args.model, args.seed, params.extract))
 
 

@@ -21,13 +21,14 @@ import pandas as pd
 
 from stages import paths
 from stages.analysis.plot_tables import aligned_table, curves_table, level_summary
-from stages.cli import stage_arguments
-from stages.config import load_typed_params, run_id
-from stages.errors import PipelineError, main_guard
+from stages.config import run_id
+from stages.errors import PipelineError
 from stages.io.atomic import output_set
 from stages.io.tables import read_csv, write_csv
 from stages.pythia.settings import LEVEL as PYTHIA_LEVEL
 from stages.pythia.settings import TASK as PYTHIA_TASK
+from stages.params import Params
+from stages.pipeline import stage
 
 CURVES = ("train/loss", "train/acc", "test/loss", "test/acc", "train/batch_loss")  # not lr: a flat schedule
 ALIGNED = paths.PLOTS / "aligned"
@@ -93,10 +94,9 @@ def plot_pages(params) -> dict[Path, pd.DataFrame]:
     return tables
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv)
-    tables = plot_pages(load_typed_params(args.params))
+@stage(threads=False)
+def main(args, params: Params) -> None:
+    tables = plot_pages(params)
     with output_set():
         for path, frame in tables.items():
             write_csv(frame, path)

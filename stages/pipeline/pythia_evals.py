@@ -6,12 +6,11 @@ Deterministic from ``pythia.evals.seed``: ``data/pythia/evals.parquet`` holds on
 from __future__ import annotations
 
 
-from stages.cli import stage_arguments
-from stages.config import load_typed_params
-from stages.errors import PipelineError, main_guard
-from stages.params import Evals
+from stages.errors import PipelineError
+from stages.params import Evals, Params
 from stages.pythia import evalsets
 from stages.pythia.paths import EVALS_FILE
+from stages.pipeline import stage
 
 
 def build(cfg: Evals):
@@ -19,10 +18,8 @@ def build(cfg: Evals):
     return evalsets.generate(cfg.n_per_set, cfg.seed)
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv)
-    params = load_typed_params(args.params)
+@stage(threads=False)
+def main(args, params: Params) -> None:
     if params.pythia is None:
         raise PipelineError("missing key 'pythia.evals.n_per_set' (no 'pythia' under 'params')")
     frame = build(params.pythia.evals)

@@ -12,7 +12,7 @@ where present) for every run of the grid in params.yaml and writes
   ``data/events/cross_scale.csv``: the cross-scale statistics as a flat table;
   ``data/events/levels.json``: every per-level statistic with its 95% interval, per measure, and the
   verdict of each configuration; ``data/events/cross_scale.json``: the cross-scale statistics;
-* ``metrics/summary.json``: the ten numbers ``dvc metrics show`` / ``dvc exp show`` read (verdict
+* ``metrics/summary.json``: the few numbers ``dvc metrics show`` / ``dvc exp show`` read (verdict
   counts, precursor shares per grouping, acquired runs); ``metrics/paper.csv`` and
   ``metrics/paper.md``: this run next to the paper's headline claims, with the verdict rule;
 * ``plots/sensitivity/{threshold,resolution}.csv``: precursor rate per level against the rule's
@@ -37,14 +37,13 @@ from stages.analysis.cross_scale import cross_scale, cross_scale_table
 from stages.analysis.events import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.analysis.pythia_events import HALFWAY, set_events
-from stages.analysis.paper import compare, markdown, summary_metrics
+from stages.analysis.paper import compare, markdown, model_sizes, summary_metrics
 from stages.analysis.plot_tables import run_plot_table
 from stages.analysis.runs import run_events
 from stages.analysis.trajectories import trajectory
 from stages.analysis.summary import level_summary, resolution_sensitivity, seed_agreement, threshold_sensitivity
-from stages.cli import stage_arguments
-from stages.config import load_typed_params, run_id
-from stages.errors import PipelineError, main_guard
+from stages.config import run_id
+from stages.errors import PipelineError
 from stages.io.measures import read_accuracy, read_landscape, read_measures
 from stages.io.atomic import output_set, write_text
 from stages.io.tables import read_csv, write_csv, write_json
@@ -53,7 +52,7 @@ from stages.params import Events as EventsParams
 from stages.params import Params
 from stages.pythia.settings import LEVEL as PYTHIA_LEVEL
 from stages.pythia.settings import TASK as PYTHIA_TASK
-from stages.runtime import set_threads
+from stages.pipeline import stage
 
 EVENTS_DIR = paths.DATA / "events"
 SENSITIVITY_DIR = paths.PLOTS / "sensitivity"
@@ -133,7 +132,7 @@ def events(params: Params) -> dict:
     threshold = threshold_sensitivity(primary, steps, s.rules, s.thresholds, s.resamples, s.bootstrap_seed)
     resolution = resolution_sensitivity(frames, pd.DataFrame(idents), s.rules, s.layer, s.measure, s.resolutions,
                                         s.resamples, s.bootstrap_seed)
-    scale = cross_scale(primary[primary["task"] != PYTHIA_TASK], s.resamples, s.bootstrap_seed)  # sizes, not Pythia
+    scale = cross_scale(model_sizes(primary), s.resamples, s.bootstrap_seed)  # the Pythia stand-in is not a size
 
     levels = level_summary(rows, s.measure, s.resamples, s.bootstrap_seed)
     details = {"measure": s.measure, "by_level": levels,
@@ -172,11 +171,8 @@ def _plain(value):
     return int(value) if float(value).is_integer() else float(value)
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv)
-    params = load_typed_params(args.params)
-    set_threads(params)
+@stage()
+def main(args, params: Params) -> None:
     from stages.analysis.figures import trajectories_figure
 
     with output_set():  # every output or none

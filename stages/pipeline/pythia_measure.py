@@ -35,9 +35,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from stages import paths
 from stages.analysis.trajectories import trajectory
-from stages.cli import stage_arguments
-from stages.config import load_typed_params
-from stages.errors import PipelineError, main_guard
+from stages.errors import PipelineError
 from stages.io.atomic import atomic_path, output_set
 from stages.io.hidden import schema, step_table
 from stages.io.tables import write_csv
@@ -49,9 +47,9 @@ from stages.pythia.paths import EVALS_FILE, accuracy_file, manifest_file
 from stages.pythia.probe_set import chance_corrected, probe_set  # noqa: F401 -- re-exported: stage and monitor share them
 from stages.pythia.settings import pythia_run_id, section
 from stages.pythia.rotary import pin_rotary
-from stages.params import Probe, Pythia
-from stages.runtime import set_threads
+from stages.params import Params, Probe, Pythia
 from stages.training.device import resolve_device
+from stages.pipeline import stage
 
 hf_logging.disable_progress_bar()  # one tqdm bar per stage, not one per saved or loaded file
 
@@ -138,12 +136,9 @@ def measure(model_name: str, cfg: Pythia, probe_cfg: Probe,
     return pd.DataFrame(rows), pd.DataFrame(acc_rows)
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "model")
+@stage("model")
+def main(args, params: Params) -> None:
     rid = pythia_run_id(args.model)
-    params = load_typed_params(args.params)
-    set_threads(params)
     cfg = section(params, "pythia.test_acc")
     with output_set():  # the hidden states and the three tables, or none of them
         frame, acc = measure(args.model, cfg, params.measures.probe,

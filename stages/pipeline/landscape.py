@@ -48,19 +48,21 @@ if __name__ == "__main__":  # a stage process: its environment before numpy and 
     prepare()
 
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
+import torch
 from tqdm import tqdm
+import torch
 
 from stages import paths
 from stages.analysis.events import acquisition
 from stages.analysis.runs import layer_series, varying_layers
-from stages.cli import stage_arguments
-from stages.config import load_typed_params, run_id
-from stages.errors import PipelineError, main_guard
+from stages.config import run_id
+from stages.errors import PipelineError
 from stages.io.checkpoints import load_model, read_manifest, verify_checkpoints
 from stages.io.datasets import load_split
 from stages.io.history import accuracy_by_step
@@ -72,13 +74,14 @@ from stages.measures.grad_rank import effective_rank_cap, gradient_effective_ran
 from stages.measures.hessian import hessian_top_eigenvalues_repeated
 from stages.measures.llc import estimate_llc
 from stages.measures.per_example import per_example_gradients
-from stages.params import Events, Landscape
+from stages.params import Events, LANDSCAPE_MEASURES, Landscape, Params
 from stages.numerics import warm_vector_math
-from stages.runtime import pin_threads, set_threads
+from stages.runtime import pin_threads
 from stages.training.device import resolve_device
 from stages.training.loop import answer_loss, sequences
+from stages.pipeline import stage
 
-MEASURES = ("grad_erank", "gradcov_rank", "hessian", "llc")
+MEASURES = LANDSCAPE_MEASURES
 PLOT_COLUMNS = ("grad_erank", "gradcov_rank", "hessian_top1", "llc")
 RISES = ("hessian_top1", "llc")  # measures that rise: followed until they peak
 
@@ -187,7 +190,7 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, e
     ckpt_dir = paths.checkpoint_dir(rid)
     manifest = read_manifest(ckpt_dir)
     prompt, answer, meta = load_split(paths.dataset_dir(task, level), "train")
-    check_fits(p, len(prompt), paths.dataset_dir(task, level) / "train.parquet", manifest)  # before any compute
+    check_fits(p, len(prompt), paths.dataset_dir(task, level) / "train.parquet", manifest, device)  # before compute
     verify_checkpoints(ckpt_dir, manifest)  # every step file against its sha256, once
     order = np.random.default_rng(p.seed).permutation(len(prompt))
     seq = sequences(prompt[order], answer[order], device)
@@ -257,10 +260,25 @@ def memory_estimate(p: Landscape, manifest: dict) -> tuple[float, str]:
     return float(max(terms.values())), largest  # the measures run one after another
 
 
-def check_fits(p: Landscape, n_train: int, where, manifest: dict) -> None:
+def memory_budget(setting, device=None) -> tuple[float, str]:
+    """(bytes, how it was set) of ``landscape.memory_gb``: a number of GiB, or ``auto``: 80% of the
+    CUDA device's memory, else of the machine's RAM."""
+    if setting != "auto":
+        return float(setting) * GIB, f"'landscape.memory_gb' = {setting:g}"
+    if device is not None and torch.device(device).type == "cuda":
+        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+        where = f"{device}'s"
+    else:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        where = "the machine's"
+    return 0.8 * total, f"'landscape.memory_gb' = auto ({0.8 * total / GIB:.1f} GiB, 80% of {where} memory)"
+
+
+def check_fits(p: Landscape, n_train: int, where, manifest: dict, device=None) -> None:
     """The sizes of ``p`` against the run's data and the memory budget, before any checkpoint is
     measured: every sample count at most the ``n_train`` train examples in ``where`` (they were
-    silently cut to it), and the estimated peak memory of all workers within ``landscape.memory_gb``."""
+    silently cut to it), and the estimated peak memory of all workers within ``landscape.memory_gb``
+    (:func:`memory_budget`)."""
     wanted = {"landscape.grad.samples": (p.grad.samples, {"grad_erank", "gradcov_rank"}),
               "landscape.hessian.samples": (p.hessian.samples, {"hessian"}),
               "landscape.llc.samples": (p.llc.samples, {"llc"})}
@@ -268,12 +286,14 @@ def check_fits(p: Landscape, n_train: int, where, manifest: dict) -> None:
         if needs & set(p.measures) and value > n_train:
             raise PipelineError(f"'{key}' = {value} exceeds the {n_train} train examples of {where}: at most {n_train}")
     per_worker, key = memory_estimate(p, manifest)
-    total = per_worker * p.workers
-    if total > p.memory_gb * GIB:
-        raise PipelineError(f"landscape measures need about {total / GIB:.1f} GiB ({p.workers} worker(s) x "
+    workers = p.workers if device is None or torch.device(device).type == "cpu" else 1
+    total = per_worker * workers
+    budget, stated = memory_budget(p.memory_gb, device)
+    if total > budget:
+        raise PipelineError(f"landscape measures need about {total / GIB:.1f} GiB ({workers} worker(s) x "
                             f"{per_worker / GIB:.1f} GiB, mostly '{key}' for {manifest.get('n_params')} parameters), "
-                            f"over 'landscape.memory_gb' = {p.memory_gb:g}: lower '{key}' or 'landscape.workers', "
-                            "set 'landscape.grad.sketch_dim', or raise the budget")
+                            f"over {stated}: lower '{key}' or 'landscape.workers', set 'landscape.grad.sketch_dim', "
+                            "or raise the budget")
 
 
 def _measure_step(job) -> dict:
@@ -338,12 +358,10 @@ def plot_table(frame: pd.DataFrame, rankme: pd.DataFrame | None = None) -> pd.Da
     return pd.concat(parts, ignore_index=True)
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "task", "level", "model", "seed")
+@stage("task", "level", "model", "seed")
+def main(args, params: Params) -> None:
     rid = run_id(args.task, args.level, args.model, args.seed)
-    params = load_typed_params(args.params)
-    set_threads(params)  # a non-zero landscape.threads overrides it inside landscape()
+    # a non-zero landscape.threads overrides it inside landscape()
     frame = landscape(args.task, args.level, args.model, args.seed, params.landscape, params.events,
                       portable=params.runtime.cpu_paths == "portable")
     rankme = rankme_at(read_measures(paths.measures_file(rid)), frame["step"])

@@ -11,30 +11,24 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
-from stages.cli import stage_arguments
-from stages.config import load_typed_params
-from stages.errors import main_guard
-from stages.params import Pythia
+from stages.params import Params, Pythia
 from stages.pythia import hub, settings
 from stages.pythia.paths import manifest_file
-
-VERIFY = ("sha256", "size")
+from stages.pipeline import stage
 
 
 def fetch(model: str, cfg: Pythia, progress: bool = True) -> dict:
     """The manifest of ``model`` under the active profile of the ``pythia`` section ``cfg``."""
     src = settings.source(cfg, model)
-    check_hash = cfg.verify == "sha256"  # one of VERIFY: the schema checked it
+    check_hash = cfg.verify == "sha256"  # one of stages.params.VERIFY: the schema checked it
     entries = [hub.fetch_revision(src.repo_id, rev, src.cache_dir, src.offline, check_hash)
                for rev in tqdm(src.revisions, desc=f"fetch {src.repo_id}", disable=not progress)]
     return {"model": model, "profile": src.profile, "repo_id": src.repo_id, "cache_dir": src.cache_dir,
             "verified": "sha256" if check_hash else "size", "revisions": entries}
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv, "model")
-    params = load_typed_params(args.params)
+@stage("model", threads=False)
+def main(args, params: Params) -> None:
     manifest = fetch(args.model, settings.section(params, "pythia.profiles"))
     hub.write_manifest(manifest_file(args.model), manifest)
     print(f"{manifest_file(args.model)}: {manifest['repo_id']}, {len(manifest['revisions'])} revisions")

@@ -22,17 +22,15 @@ from pathlib import Path
 
 from transformers.utils import logging as hf_logging
 
-from stages.cli import stage_arguments
-from stages.config import load_typed_params
-from stages.errors import PipelineError, main_guard
+from stages.errors import PipelineError
 from stages.io.atomic import atomic_path
-from stages.params import Pythia
+from stages.params import Params, Pythia
 from stages.pythia import local_hub, suite
 from stages.pythia.settings import section
-from stages.runtime import set_threads
 from stages.training.live import curve_log
 from stages.training.loop import make_optimizer, optimizer_step, run_steps, set_lr
 from stages.training.schedule import warmup_cosine_factor
+from stages.pipeline import stage
 
 PROFILE = "local"  # the suite trains the models of this profile, whichever profile is active
 KEY = f"pythia.profiles.{PROFILE}"
@@ -104,11 +102,8 @@ def train_model(model_name: str, pythia: Pythia, cache_dir: Path, progress: bool
     return {"repo_id": repo, "commits": commits, "final_loss": float(loss.detach())}
 
 
-@main_guard
-def main(argv=None) -> None:
-    args = stage_arguments(__doc__, argv)
-    params = load_typed_params(args.params)
-    set_threads(params)
+@stage()
+def main(args, params: Params) -> None:
     pythia = section(params, f"{KEY}.cache_dir")
     local = pythia.profiles.get(PROFILE)
     if local is None:
