@@ -61,12 +61,12 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from stages.analysis.bootstrap import interval, median, rate  # noqa: E402
-from stages.analysis.events import FOUND, Rules, acquisition  # noqa: E402
+from stages.analysis.event_rules import FOUND, Rules, acquisition  # noqa: E402
 from stages.analysis.verdicts import clopper_pearson  # noqa: E402
 from stages.analysis.runs import run_events  # noqa: E402
 from stages.errors import PipelineError  # noqa: E402
 from stages.io.hidden import iter_steps  # noqa: E402
-from stages.io.measures import read_measures  # noqa: E402
+from stages.io.measure_tables import read_measures  # noqa: E402
 from stages.measures.rankme import geometry  # noqa: E402
 from stages.monitor import PRECURSOR, RankMeMonitor  # noqa: E402
 from stages.monitor.measure_dir import event_rules  # noqa: E402

@@ -2,7 +2,7 @@
 
 A stage process applies them in two places:
 
-* :func:`prepare`, at the top of a stage module run as ``python -m stages.<name>`` (before numpy and
+* :func:`prepare`, at the top of a stage module run as ``python -m stages.pipeline.<name>`` (before numpy and
   torch load), sets the variables its libraries read once when they load
   (:func:`process_environment`): OpenMP's passive waiting (``OMP_WAIT_POLICY=PASSIVE``, unless the
   environment chooses) so that a stage shares a busy machine instead of spinning against it, and
@@ -85,7 +85,7 @@ def set_threads(params: Params) -> int:
 
 
 def is_stage_entry() -> bool:
-    """Whether this process is a stage run as ``python -m stages.<name>`` (so that it may re-execute)."""
+    """Whether this process is a stage run as ``python -m stages.pipeline.<name>`` (so that it may re-execute)."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     return spec is not None and spec.name.startswith("stages.")
 

@@ -1,11 +1,11 @@
-"""Event rules on constructed trajectories with known answers (stages/analysis/events.py, runs.py, summary.py)."""
+"""Event rules on constructed trajectories with known answers (stages/analysis/event_rules.py, runs.py, summary.py)."""
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from stages.analysis import bootstrap
-from stages.analysis.events import (ABSENT, FOUND, UNDETERMINED, Rules, acquisition, acquisition_step, find_dip,
+from stages.analysis.event_rules import (ABSENT, FOUND, UNDETERMINED, Rules, acquisition, acquisition_step, find_dip,
                                     layer_order, lead_fraction, precursor_verdict, spearman)
 from stages.analysis.runs import run_events, subsample
 from stages.analysis.summary import level_summary, resolution_sensitivity, seed_agreement, threshold_sensitivity

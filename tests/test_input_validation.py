@@ -19,7 +19,7 @@ from stages.errors import PipelineError
 from stages.io.checkpoints import write_manifest
 from stages.io.hidden import schema, step_table
 from stages.io.history import accuracy_by_step
-from stages.io.measures import read_landscape, read_measures
+from stages.io.measure_tables import read_landscape, read_measures
 from stages.io.tables import read_csv, write_csv
 from stages.params import validate_params
 from stages.pythia import evalsets, hub

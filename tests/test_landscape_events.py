@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stages.analysis.events import Rules
+from stages.analysis.event_rules import Rules
 from stages.analysis.landscape_events import jitter, landscape_event_params, rise, run_measures
 from stages.errors import PipelineError
 from stages.params import validate_params

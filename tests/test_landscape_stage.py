@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from stages.pipeline import landscape
-from stages.analysis.events import Rules
+from stages.analysis.event_rules import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.config import load_params, load_typed_params
 from stages.errors import PipelineError

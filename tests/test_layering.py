@@ -133,7 +133,7 @@ def test_importing_the_library_changes_nothing_in_the_process():
     code = ("import os, sys, torch, transformers; from transformers import GPTNeoXForCausalLM; "
             "before = dict(os.environ); "
             "import stages.params, stages.config, stages.tasks, stages.models, stages.training.loop, "
-            "stages.measures.rankme, stages.analysis.events, stages.io.checkpoints, stages.pythia.suite, "
+            "stages.measures.rankme, stages.analysis.event_rules, stages.io.checkpoints, stages.pythia.suite, "
             "stages.monitor, stages.pipeline, stages.pipeline.train; "
             "import torch; assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items()); "
             "print(torch.get_num_threads())")

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from monitor_helpers import table_readings
-from stages.analysis.events import UNDETERMINED, Rules, acquisition, find_dip
+from stages.analysis.event_rules import UNDETERMINED, Rules, acquisition, find_dip
 from stages.analysis.runs import run_events
-from stages.io.measures import read_measures
+from stages.io.measure_tables import read_measures
 from stages.measures import rankme as rm
 from stages.monitor import (ACQUISITION, COLLAPSE, PRECURSOR, RECOVERY, RankMeMonitor, detect_events, layer_geometry,
                             rankme)

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from monitor_helpers import evals_file, measure_args, save_checkpoint, tiny_model, tokenizer, trainer_dir
-from stages.analysis.events import Rules
+from stages.analysis.event_rules import Rules
 from stages.analysis.runs import run_events
 from stages.io.hidden import hidden_manifest, iter_steps
-from stages.io.measures import read_measures
+from stages.io.measure_tables import read_measures
 from stages.measures.rankme import geometry
 from stages.monitor import measure_dir
 from stages.pythia import local_hub

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stages.analysis.events import Rules
+from stages.analysis.event_rules import Rules
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "monitor_warning.py"
 spec = importlib.util.spec_from_file_location("monitor_warning", SCRIPT)

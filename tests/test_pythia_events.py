@@ -3,7 +3,7 @@ import math
 import pandas as pd
 import pytest
 
-from stages.analysis.events import Rules, acquisition
+from stages.analysis.event_rules import Rules, acquisition
 from stages.analysis.pythia_events import COLUMNS, acquisition_threshold, set_events, set_threshold
 from stages.errors import PipelineError
 

@@ -274,7 +274,7 @@ import pandas as pd  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from stages.io.hidden import iter_steps, schema, step_table  # noqa: E402
-from stages.io.measures import read_accuracy, read_landscape, read_measures  # noqa: E402
+from stages.io.measure_tables import read_accuracy, read_landscape, read_measures  # noqa: E402
 from stages.io.tables import write_csv  # noqa: E402
 
 MSTEPS = [0, 1, 2, 4, 8, 16]
@@ -632,7 +632,7 @@ def test_landscape_budget_on_the_cpu_device(repo_params):
     """check_fits as the stage calls it, with the resolved device."""
     import torch
 
-    from stages.landscape import check_fits, memory_budget
+    from stages.pipeline.landscape import check_fits, memory_budget
     from stages.params import validate_params
 
     manifest = {"n_params": 405_000, "model": {"d_model": 128, "n_layer": 2, "block_size": 10}}

@@ -3,6 +3,7 @@ import torch
 
 from stages.errors import PipelineError
 from stages.models import GPT, PRESETS, model_config
+from stages.models.presets import PAPER_SIZES
 from stages.training.schedule import checkpoint_steps, lr_at
 
 
@@ -37,7 +38,7 @@ def test_lr_schedules():
 
 
 def test_presets_span_paper_sizes():
-    assert len(PRESETS) == 6
+    assert len(PAPER_SIZES) == 6 and set(PRESETS) - set(PAPER_SIZES) == {"p100k"}  # the paper's six and one proxy
     with torch.device("meta"):
         counts = {n: GPT(model_config(n, 30, 32)).num_params() for n in PRESETS}
     assert abs(counts["p405k"] - 405e3) / 405e3 < 0.1

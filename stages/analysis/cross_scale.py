@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from stages.analysis.events import spearman
+from stages.analysis.event_rules import spearman
 
 VARIABLES = ("floor_ratio", "recovery_step", "acquisition_step")
 TIMING = ("acquisition_step", "recovery_step")

@@ -1,11 +1,11 @@
 """Transitions of the landscape measures and whether each precedes acquisition.
 
 Input: one run's ``data/landscape/<run>.csv`` (see :mod:`stages.pipeline.landscape`), its acquisition step
-and the shared event rules (:class:`stages.analysis.events.Rules`). Each measure has a direction,
+and the shared event rules (:class:`stages.analysis.event_rules.Rules`). Each measure has a direction,
 set in ``params.yaml: landscape_events.directions``:
 
 * **dip** measures (gradient effective rank, gradient covariance rank) collapse and recover, like
-  RankMe: the dip is :func:`stages.analysis.events.find_dip` searched up to acquisition (same
+  RankMe: the dip is :func:`stages.analysis.event_rules.find_dip` searched up to acquisition (same
   ``min_depth`` and ``recovery_fraction``). Transition = **collapse** step; end = **recovery** step;
   change = dip depth ``peak - floor``.
 * **rise** measures (top Hessian eigenvalue, LLC) grow. Over all measured checkpoints (the stage
@@ -36,7 +36,7 @@ where ``gradcov_saturated`` (rank = samples - 1), ``grad_erank`` where it is at 
 ``erank_saturation`` of ``grad_erank_cap``. A measure saturated at any measured checkpoint has its
 transition reported but its precursor verdict undetermined (``None``).
 
-**Precursor** (the shared rule, :func:`stages.analysis.events.precursor_verdict`): the transition
+**Precursor** (the shared rule, :func:`stages.analysis.event_rules.precursor_verdict`): the transition
 ended at least ``rules.min_lead`` of the acquisition step before acquisition, with
 ``rules.min_checkpoints`` measured checkpoints strictly between; ``False`` without a transition or
 when it ended too late; ``None`` without acquisition, when too few checkpoints separate the two,
@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stages.analysis.events import ABSENT, FOUND, UNDETERMINED, Rules, find_dip, lead_fraction, precursor_verdict
+from stages.analysis.event_rules import ABSENT, FOUND, UNDETERMINED, Rules, find_dip, lead_fraction, precursor_verdict
 
 from stages.params import DIRECTIONS  # noqa: E402  declared once
 BELOW_NOISE = "below_noise"

@@ -9,7 +9,7 @@ on some sets and far above it on others. Each set gets its own threshold between
 * a share ``f`` in (0, 1): ``c + f (1 - c)`` (``"halfway"`` is ``f = 0.5``).
 
 A set's acquisition, lead fraction and precursor verdict then follow the event rules of
-:mod:`stages.analysis.events` (``window`` consecutive checkpoints at or above the threshold;
+:mod:`stages.analysis.event_rules` (``window`` consecutive checkpoints at or above the threshold;
 ``lead_fraction``; ``precursor_verdict`` with ``min_lead`` and ``min_checkpoints``), against one
 ``end_step`` per model: the step at which its RankMe dip recovered (computed by the caller; ``None``
 when it did not). One model can so show a precursor gap on a hard set and none on easy ones.
@@ -22,7 +22,7 @@ from numbers import Real
 import numpy as np
 import pandas as pd
 
-from stages.analysis.events import Rules, acquisition, lead_fraction, precursor_verdict
+from stages.analysis.event_rules import Rules, acquisition, lead_fraction, precursor_verdict
 from stages.errors import PipelineError
 
 from stages.params import HALFWAY  # noqa: E402  declared once

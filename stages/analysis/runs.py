@@ -2,7 +2,7 @@
 
 For each geometry measure (raw RankMe, the paper's; centred RankMe) the run gets a dip of the chosen
 layer, the acquisition of the task, a precursor verdict and the order in which layers collapse.
-Rules: :mod:`stages.analysis.events`. Pure functions: the ``events`` stage does the reading and
+Rules: :mod:`stages.analysis.event_rules`. Pure functions: the ``events`` stage does the reading and
 writing.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stages.analysis.events import Rules, acquisition, find_dip, layer_order, lead_fraction, precursor_verdict
+from stages.analysis.event_rules import Rules, acquisition, find_dip, layer_order, lead_fraction, precursor_verdict
 
 from stages.params import GEOMETRY  # noqa: E402  the geometry measures, declared once
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from stages.analysis import bootstrap, verdicts
-from stages.analysis.events import Rules, precursor_verdict
+from stages.analysis.event_rules import Rules, precursor_verdict
 from stages.analysis.runs import run_events, subsample
 
 CELL = ["task", "level", "model"]

@@ -16,7 +16,7 @@ Everything here is library code (no stage module is imported). ``RankMeCallback`
 """
 from __future__ import annotations
 
-from stages.analysis.events import Rules
+from stages.analysis.event_rules import Rules
 from stages.monitor.core import (ACQUISITION, COLLAPSE, PRECURSOR, RECOVERY, Event, RankMeMonitor, detect_events,
                                  layer_geometry, rankme)
 from stages.monitor.probe import monitor_step, probe_hidden_states

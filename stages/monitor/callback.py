@@ -26,7 +26,7 @@ console, ``PrinterCallback``, shows the values inside its usual log lines). ``ca
 holds every :class:`~stages.monitor.core.Event`.
 
 **Rules** are ``params.yaml: events`` keys (``rules={"min_depth": 0.3}``, ``rules="params.yaml"``) or
-a :class:`~stages.analysis.events.Rules` (:mod:`stages.monitor.rules`).
+a :class:`~stages.analysis.event_rules.Rules` (:mod:`stages.monitor.rules`).
 
 **Accuracy** for acquisition and the precursor warning: ``accuracy_fn(model)`` at each reading, else
 the latest evaluation metric ``accuracy_key`` (default ``eval_accuracy``), else none (events that

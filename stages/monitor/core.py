@@ -1,6 +1,6 @@
 """The online RankMe monitor: the offline event rules, applied causally as readings arrive.
 
-Offline (:func:`detect_events`) the rules of :mod:`stages.analysis.events` see the whole run. Online
+Offline (:func:`detect_events`) the rules of :mod:`stages.analysis.event_rules` see the whole run. Online
 (:class:`RankMeMonitor`) every reading ``k`` sees only readings ``0..k``; the monitor's *current
 dip* is the offline detector applied to that prefix::
 
@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from stages.analysis.events import FOUND, UNDETERMINED, Rules, acquisition, find_dip
+from stages.analysis.event_rules import FOUND, UNDETERMINED, Rules, acquisition, find_dip
 from stages.analysis.runs import dip_fields
 from stages.measures.rankme import EPS, geometry, mean_dominance, varies
 from stages.monitor.rules import event_rules

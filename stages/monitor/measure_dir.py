@@ -68,7 +68,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import torch
 
-from stages.analysis.events import Rules
+from stages.analysis.event_rules import Rules
 from stages.analysis.runs import run_events
 from stages.analysis.trajectories import trajectory
 from stages.config import get, load_params, load_typed_params, name_argument
@@ -239,7 +239,7 @@ class Measurer:
         if not (self.measures.is_file() and self.hidden.is_file()):
             return
         from stages.io.hidden import hidden_manifest
-        from stages.io.measures import read_measures
+        from stages.io.measure_tables import read_measures
 
         manifest = hidden_manifest(self.hidden)
         if manifest.get("probe_fingerprint") != self.probe.fingerprint:

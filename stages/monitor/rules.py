@@ -1,6 +1,6 @@
 """The monitor's event rules, written with the keys of ``params.yaml: events``.
 
-``event_rules`` turns any of these into the :class:`~stages.analysis.events.Rules` the detector uses::
+``event_rules`` turns any of these into the :class:`~stages.analysis.event_rules.Rules` the detector uses::
 
     event_rules()                                        # the defaults (those of params.yaml)
     event_rules({"min_depth": 0.3, "acquisition_window": 2})   # params.yaml's keys, the rest default
@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from stages.analysis.events import Rules
+from stages.analysis.event_rules import Rules
 
 # params.yaml ``events:`` key -> Rules field
 RULE_KEYS = {"min_depth": "min_depth", "recovery_fraction": "recovery_fraction",

@@ -34,7 +34,7 @@ import pandas as pd
 
 from stages import paths
 from stages.analysis.cross_scale import cross_scale, cross_scale_table
-from stages.analysis.events import Rules
+from stages.analysis.event_rules import Rules
 from stages.analysis.landscape_events import landscape_event_params, run_measures
 from stages.analysis.pythia_events import HALFWAY, set_events
 from stages.analysis.paper import compare, markdown, model_sizes, summary_metrics
@@ -44,7 +44,7 @@ from stages.analysis.trajectories import trajectory
 from stages.analysis.summary import level_summary, resolution_sensitivity, seed_agreement, threshold_sensitivity
 from stages.config import run_id
 from stages.errors import PipelineError
-from stages.io.measures import read_accuracy, read_landscape, read_measures
+from stages.io.measure_tables import read_accuracy, read_landscape, read_measures
 from stages.io.atomic import output_set, write_text
 from stages.io.tables import read_csv, write_csv, write_json
 from stages.pythia.paths import accuracy_file

@@ -8,7 +8,7 @@ them byte for byte; ``benchmarks/measure_cost.py`` measures the cost. All costs 
 ``params.yaml: landscape``; every sample is seeded.
 
 **Which checkpoints** (:func:`choose_steps`). Acquisition is read from the run's history with the
-events rule (:func:`stages.analysis.events.acquisition`, ``events.acquisition_threshold`` and
+events rule (:func:`stages.analysis.event_rules.acquisition`, ``events.acquisition_threshold`` and
 ``events.acquisition_window``): the first checkpoint starting ``window`` consecutive checkpoints at
 or above the threshold. The landscape is measured on every checkpoint from step 0 through
 acquisition and ``landscape.after_acquisition`` checkpoints past it; a run without acquisition
@@ -59,14 +59,14 @@ from tqdm import tqdm
 import torch
 
 from stages import paths
-from stages.analysis.events import acquisition
+from stages.analysis.event_rules import acquisition
 from stages.analysis.runs import layer_series, varying_layers
 from stages.config import run_id
 from stages.errors import PipelineError
 from stages.io.checkpoints import load_model, read_manifest, verify_checkpoints
 from stages.io.datasets import load_split
 from stages.io.history import accuracy_by_step
-from stages.io.measures import read_measures
+from stages.io.measure_tables import read_measures
 from stages.io.atomic import output_set
 from stages.io.tables import write_csv
 from stages.measures.grad_cov import covariance_rank_cap, gradient_covariance_rank
