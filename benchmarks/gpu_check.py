@@ -33,12 +33,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import stages  # noqa: E402,F401  before numpy and torch, as in a stage: pins the CPU code paths (stages/numerics.py)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from stages.config import LEVELS, MODEL_NAMES, TASK_NAMES, choose, load_params, load_typed_params  # noqa: E402
+from stages.config import LEVELS, TASK_NAMES, choose, load_params, load_typed_params  # noqa: E402
 from stages.errors import PipelineError  # noqa: E402
 from stages.pipeline.extract import hidden_at  # noqa: E402
 from stages.measures.rankme import geometry  # noqa: E402

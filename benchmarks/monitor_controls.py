@@ -25,7 +25,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import stages  # noqa: E402,F401  before numpy and torch, as in a stage: pins the CPU code paths
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402

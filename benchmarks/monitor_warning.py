@@ -54,7 +54,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import stages  # noqa: E402,F401  before numpy and torch, as in a stage: pins the CPU code paths (stages/numerics.py)
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

@@ -41,15 +41,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import stages  # noqa: E402,F401  before numpy and torch, as in a stage: pins the CPU code paths (stages/numerics.py)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -68,20 +65,11 @@ from stages.runtime import pin_threads  # noqa: E402
 from stages.pipeline.train import resolve_train_params  # noqa: E402
 from stages.training.loop import evaluate, make_optimizer, save_resume, sequences, update  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure_cost import timed  # noqa: E402  medians of CPU and wall seconds after a warm-up call
+
 PIECES = ("step", "ckpt", "extract", "measure", "landscape")
 REFERENCE = "p405k"
-
-
-def timed(fn, repeats: int) -> tuple[float, float]:
-    """``(CPU s, wall s)``: medians of ``repeats`` calls after one warm-up call."""
-    fn()
-    cpu, wall = [], []
-    for _ in range(repeats):
-        c, w = time.process_time(), time.perf_counter()
-        fn()
-        cpu.append(time.process_time() - c)
-        wall.append(time.perf_counter() - w)
-    return statistics.median(cpu), statistics.median(wall)
 
 
 def uptime() -> str:
