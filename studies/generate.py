@@ -35,6 +35,8 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from stages.io.atomic import write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "studies"
 SPEC = "study.yaml"
@@ -242,9 +244,7 @@ def main(argv=None) -> int:
         for n in names:
             for path, text in render(n).items():
                 if not path.is_file() or path.read_text() != text:
-                    tmp = path.with_name(path.name + ".tmp")
-                    tmp.write_text(text)
-                    os.replace(tmp, path)
+                    write_text(path, text)
                     print(f"wrote {path.relative_to(ROOT)}")
     except StudyError as exc:
         print(f"error: {exc}", file=sys.stderr)

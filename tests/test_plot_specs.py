@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.browser_helpers import chromium_exe, dump_dom, dvc_exe
 from stages.analysis.plot_tables import COLUMNS, EVENTS, SERIES, run_plot_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,18 +184,6 @@ def test_offline_page_inlines_vega_and_is_configured():
 
 # --- DVC and a browser ---------------------------------------------------------------------------------
 
-def dvc_exe():
-    exe = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
-    return exe if Path(exe).exists() else None
-
-
-def chromium_exe():
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if path := shutil.which(name):
-            return path
-    return None
-
-
 @pytest.fixture(scope="module")
 def plots_repo(tmp_path_factory):
     """A scratch DVC repo with the repository's templates, page, config and plot declarations, and a
@@ -256,11 +245,7 @@ def test_rendered_page_draws_every_chart_offline(plots_repo, tmp_path):
     assert "cdn.jsdelivr" not in html and "/* vega.min.js */" in html
     ids = re.findall(r'<div id = "([^"]+)">', html)
     assert len(ids) == 3
-    result = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
-         "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0",
-         "--user-data-dir=" + str(tmp_path / "profile"), "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120)
+    result = dump_dom(browser, page, tmp_path / "profile", 10000, 120)
     assert result.returncode == 0, result.stderr[-2000:]
     console = [l for l in result.stderr.splitlines() if "CONSOLE" in l]
     assert not console, "\n".join(console)

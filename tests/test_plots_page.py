@@ -13,11 +13,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from tests.browser_helpers import chromium_exe, dump_dom, dvc_exe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,21 +69,9 @@ window.__report = {charts: [], console: []};
 """
 
 
-def chromium():
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if path := shutil.which(name):
-            return path
-    return None
-
-
-def dvc_exe():
-    exe = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
-    return exe if Path(exe).exists() else None
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    browser, exe = chromium(), dvc_exe()
+    browser, exe = chromium_exe(), dvc_exe()
     if browser is None:
         pytest.skip("no Chromium on this machine (Debian: apt-get install -y chromium)")
     if exe is None:
@@ -105,11 +93,7 @@ def report(tmp_path_factory):
     assert "cdn.jsdelivr" not in html and "/* vega.min.js */" in html
     body = html.rindex("<body>") + len("<body>")
     page.write_text(html[:body] + REPORTER + html[body:], encoding="utf-8")
-    result = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=30000",
-         "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0",
-         "--user-data-dir=" + str(repo / "profile"), "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=300)
+    result = dump_dom(browser, page, repo / "profile", 30000, 300)
     assert result.returncode == 0, result.stderr[-2000:]
     found = re.search(r'<pre id="chart-report">(.*?)</pre>', result.stdout, re.S)
     assert found, "the page never finished drawing"
