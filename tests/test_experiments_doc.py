@@ -75,11 +75,17 @@ def test_the_first_exp_show_recipe_fits_200_columns(tmp_path):
     lines = [l for l in table.splitlines() if l.strip()]
     assert max(len(l) for l in lines) <= 200 and "…" not in table, table
     header = lines[1]
-    for column in ("tasks.mod.hard.modulus", "grid.seeds", "acquired_runs", "precursor_hard_lvl"):
+    for column in ("tasks.mod.hard.modulus", "grid.seeds", "acquired_runs", "precursor_hard_cls", "precursor_easy_cls"):
         assert column in header, header
-    assert "stages/" not in table and "Created" not in header
+    assert "stages/" not in table and "Created" not in header and "consistent" not in header
     rows = {l.split()[0]: l for l in lines[3:-1]}
     assert len(rows) == 3 and "113" in table and "[0, 1, 2, 3]" in table
+    second = doc_commands("dvc exp show")[1]
+    table = sh(shlex.split(second) + ["--no-pager", "-n", "2"], repo, COLUMNS="200")
+    header = [l for l in table.splitlines() if l.strip()][1]
+    for column in ("precursor_hard_lvl", "precursor_hard_cls", "tasks.mod.hard.modulus"):
+        assert column in header, header
+    assert "grid.seeds" not in header and "acquired_runs" not in header
     metrics = doc_commands("dvc metrics show")[0]
     shown = sh(shlex.split(metrics), repo, COLUMNS="200")
     assert max(len(l) for l in shown.splitlines()) <= 200 and "acquired_runs" in shown, shown
