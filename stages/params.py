@@ -28,6 +28,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, Optional, TypeVar, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError, create_model,
@@ -36,12 +37,11 @@ from pydantic_core import PydanticCustomError
 
 from stages.errors import PipelineError
 
-# The names the grid may hold. They live here (the schema), not only in stages/tasks and stages/models, so that
+# The names the grid may hold. They live here (the schema), not in stages/tasks and stages/models, so that
 # validating ``grid`` (every stage that reads it) imports no task or model code and so no extra
-# dvc.yaml deps; stages/tasks/registry.py and stages/models/presets.py check at import time that
-# their TASKS / PRESETS have exactly these names.
+# dvc.yaml deps. TASK_NAMES is derived from the task registrations (TASKS, below);
+# stages/models/presets.py checks at import time that its PRESETS have exactly MODEL_NAMES.
 LEVELS = ("easy", "medium", "hard")
-TASK_NAMES = ("copy", "reverse", "compare", "parity", "add", "mod", "sort", "mul")
 MODEL_NAMES = ("p100k", "p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
 
 # Names the stages use, declared once here (this module imports no torch); the stages import them.
@@ -94,31 +94,36 @@ def _path(loc) -> str:
     return path
 
 
-def _message(err: dict, source: str) -> str:
+def _detail(err: dict) -> str:
+    """One pydantic error as one line naming its full YAML path."""
     kind, ctx, loc = err["type"], err.get("ctx") or {}, tuple(err["loc"])
     if loc and loc[-1] == "[key]":  # a mapping key of the wrong type (YAML `1: ...`)
-        return f"{source}: key {loc[-2]!r} under '{_path(loc[:-2])}' must be a string"
+        return f"key {loc[-2]!r} under '{_path(loc[:-2])}' must be a string"
     path = _join(_path(loc), ctx.get("at", ""))
     if kind == "unknown_key":
-        return f"{source}: '{path}' is not a known key ({ctx['hint']})"
+        return f"'{path}' is not a known key ({ctx['hint']})"
     if kind == "missing":
-        return f"{source}: missing key '{path}'"
+        return f"missing key '{path}'"
     if kind == "choice":
-        return f"{source}: unknown {path} {ctx['shown']} (choose from: {ctx['options']})"
+        return f"unknown {path} {ctx['shown']} (choose from: {ctx['options']})"
     if kind == "entry":
-        return f"{source}: unknown entry {ctx['shown']} in '{path}' (choose from: {ctx['options']})"
+        return f"unknown entry {ctx['shown']} in '{path}' (choose from: {ctx['options']})"
     if kind == "param":
-        return f"{source}: '{path}' {ctx['detail']}"
+        return f"'{path}' {ctx['detail']}"
     got = err.get("input")
     if not path:
-        return f"{source}: must hold a mapping, got {got!r}"
+        return f"must hold a mapping, got {got!r}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"{source}: '{path}' must be a mapping, got {got!r}"
+        return f"'{path}' must be a mapping, got {got!r}"
     if kind == "list_type":
-        return f"{source}: '{path}' must be a list, got {got!r}"
+        return f"'{path}' must be a list, got {got!r}"
     if kind == "string_type":
-        return f"{source}: '{path}' must be a string, got {got!r}"
-    return f"{source}: '{path}' is invalid ({err['msg']}), got {got!r}"
+        return f"'{path}' must be a string, got {got!r}"
+    return f"'{path}' is invalid ({err['msg']}), got {got!r}"
+
+
+def _message(err: dict, source: str) -> str:
+    return f"{source}: {_detail(err)}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,6 +282,133 @@ class Section(BaseModel):
         raise KeyError(key)
 
 
+# tasks -------------------------------------------------------------------------------------
+# A task is one registration in TASKS below: its name, the model of its difficulty knobs and a
+# description. TASK_NAMES, the ``tasks`` section (``Tasks``) and ``train.tasks`` (``TrainTasks``) are
+# derived from it; the generator is the function of the same name in stages/tasks/registry.py.
+
+class Knobs(Section):
+    """What every task level may set besides its difficulty knobs (stages/tasks/dataset.py). A subclass
+    adds the difficulty knobs and ``space()``: (number of distinct inputs, the knob that sets it)."""
+
+    n_train: OptPosInt = None
+    n_test: OptPosInt = None
+    train_fraction: OptFraction = None  # enumerate the input space; this share trains
+
+
+class SequenceKnobs(Knobs):  # copy, reverse, sort
+    length: PosInt
+    alphabet: PosInt = 10
+
+    def space(self) -> tuple[int, str]:
+        return self.alphabet ** self.length, "length"
+
+
+class ParityKnobs(Knobs):
+    length: PosInt
+
+    def space(self) -> tuple[int, str]:
+        return 2 ** self.length, "length"
+
+
+class DigitsKnobs(Knobs):  # compare, add: two numbers of `digits` digits
+    digits: PosInt
+
+    @model_validator(mode="after")
+    def _fits(self):
+        if 2 * self.digits > MAX_DIGITS:
+            raise _bad(f"digit counts must add up to at most {MAX_DIGITS}, got {self.digits} + {self.digits}")
+        return self
+
+    def space(self) -> tuple[int, str]:
+        return 10 ** (2 * self.digits), "digits"
+
+
+class MulKnobs(Knobs):
+    digits: PosInt
+    digits_b: OptPosInt = None  # default: digits
+
+    @property
+    def second(self) -> int:
+        """The second factor's digit count (``digits_b``, default ``digits``)."""
+        return self.digits if self.digits_b is None else self.digits_b
+
+    @model_validator(mode="after")
+    def _fits(self):
+        if self.digits + self.second > MAX_DIGITS:
+            raise _bad(f"digit counts must add up to at most {MAX_DIGITS}, got {self.digits} + {self.second}")
+        return self
+
+    def space(self) -> tuple[int, str]:
+        return 10 ** (self.digits + self.second), "digits"
+
+
+class ModKnobs(Knobs):
+    modulus: Annotated[int, PlainValidator(lambda v: _int(v, 2))]
+    op: Annotated[Literal["add", "sub", "mul"], choice(*MOD_OPS)] = "add"
+
+    def space(self) -> tuple[int, str]:
+        return self.modulus ** 2, "modulus"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: ``name`` (its key under ``tasks`` and ``train.tasks``, a ``grid.tasks`` entry, and the
+    name of its generator in stages/tasks/registry.py), the model of its difficulty knobs, a description."""
+
+    name: str
+    knobs: type[Knobs]
+    description: str
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("copy", SequenceKnobs, "repeat the sequence"),
+    Task("reverse", SequenceKnobs, "repeat the sequence backwards"),
+    Task("compare", DigitsKnobs, "relation of two numbers, then the larger one"),
+    Task("parity", ParityKnobs, "running parity of a bit string"),
+    Task("add", DigitsKnobs, "sum of two numbers"),
+    Task("mod", ModKnobs, "(a op b) mod p, one token per residue"),
+    Task("sort", SequenceKnobs, "sort the sequence"),
+    Task("mul", MulKnobs, "product of two numbers"),
+)}
+TASK_NAMES = tuple(TASKS)
+
+K = TypeVar("K", bound=Knobs)
+
+
+class Levels(Section, Generic[K]):
+    """One task's knobs at every level (dvc.yaml generates every task at every level)."""
+
+    easy: K
+    medium: K
+    hard: K
+
+
+def _attribute(name: str) -> str:
+    """A task's field name in the models below: its own, or with ``_`` where BaseModel has it (``copy``)."""
+    return f"{name}_" if hasattr(BaseModel, name) else name
+
+
+class _Tasks(Section):
+    def knobs(self, task: str, level: str) -> dict:
+        """The knobs as written in params.yaml (unset optional keys left out), as the task registry takes them."""
+        return self.entry(task).entry(level).model_dump(exclude_unset=True)
+
+
+Tasks = create_model("Tasks", __base__=_Tasks, __doc__="``tasks``: every registered task's knobs at every level.",
+                     **{_attribute(t.name): (Levels[t.knobs], Field(alias=t.name)) for t in TASKS.values()})
+
+
+def task_knobs(task: str, level: str, knobs: dict) -> Knobs:
+    """``tasks.<task>.<level>`` (a mapping as in params.yaml) as its task's knob model; a
+    :class:`PipelineError` naming the key otherwise (for callers that bypass params.yaml)."""
+    try:
+        return TASKS[task].knobs.model_validate(knobs)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise PipelineError(_detail({**err, "loc": ("tasks", task, level, *err["loc"])})) from None
+
+
 # grid --------------------------------------------------------------------------------------
 
 class Grid(Section):
@@ -297,78 +429,6 @@ class Datasets(Section):
     seed: NonNegInt
     n_train: PosInt
     n_test: PosInt
-
-
-# tasks -------------------------------------------------------------------------------------
-
-class Knobs(Section):
-    """What every task level may set besides its difficulty knobs (stages/tasks/dataset.py)."""
-
-    n_train: OptPosInt = None
-    n_test: OptPosInt = None
-    train_fraction: OptFraction = None  # enumerate the input space; this share trains
-
-
-class SequenceKnobs(Knobs):  # copy, reverse, sort
-    length: PosInt
-    alphabet: PosInt = 10
-
-
-class ParityKnobs(Knobs):
-    length: PosInt
-
-
-class DigitsKnobs(Knobs):  # compare, add: two numbers of `digits` digits
-    digits: PosInt
-
-    @model_validator(mode="after")
-    def _fits(self):
-        if 2 * self.digits > MAX_DIGITS:
-            raise _bad(f"digit counts must add up to at most {MAX_DIGITS}, got {self.digits} + {self.digits}")
-        return self
-
-
-class MulKnobs(Knobs):
-    digits: PosInt
-    digits_b: OptPosInt = None  # default: digits
-
-    @model_validator(mode="after")
-    def _fits(self):
-        b = self.digits if self.digits_b is None else self.digits_b
-        if self.digits + b > MAX_DIGITS:
-            raise _bad(f"digit counts must add up to at most {MAX_DIGITS}, got {self.digits} + {b}")
-        return self
-
-
-class ModKnobs(Knobs):
-    modulus: Annotated[int, PlainValidator(lambda v: _int(v, 2))]
-    op: Annotated[Literal["add", "sub", "mul"], choice(*MOD_OPS)] = "add"
-
-
-K = TypeVar("K", bound=Knobs)
-
-
-class Levels(Section, Generic[K]):
-    """One task's knobs at every level (dvc.yaml generates every task at every level)."""
-
-    easy: K
-    medium: K
-    hard: K
-
-
-class Tasks(Section):
-    copy_: Levels[SequenceKnobs] = Field(alias="copy")
-    reverse: Levels[SequenceKnobs]
-    compare: Levels[DigitsKnobs]
-    parity: Levels[ParityKnobs]
-    add: Levels[DigitsKnobs]
-    mod: Levels[ModKnobs]
-    sort: Levels[SequenceKnobs]
-    mul: Levels[MulKnobs]
-
-    def knobs(self, task: str, level: str) -> dict:
-        """The knobs as written in params.yaml (unset optional keys left out), as the task registry takes them."""
-        return self.entry(task).entry(level).model_dump(exclude_unset=True)
 
 
 # train -------------------------------------------------------------------------------------
@@ -445,17 +505,9 @@ class TaskOverrides(Section):
         return super()._hint(key, known)
 
 
-class TrainTasks(Section):
-    """``train.tasks``: a task missing or null has no overrides."""
-
-    copy_: Optional[TaskOverrides] = Field(None, alias="copy")
-    reverse: Optional[TaskOverrides] = None
-    compare: Optional[TaskOverrides] = None
-    parity: Optional[TaskOverrides] = None
-    add: Optional[TaskOverrides] = None
-    mod: Optional[TaskOverrides] = None
-    sort: Optional[TaskOverrides] = None
-    mul: Optional[TaskOverrides] = None
+TrainTasks = create_model("TrainTasks", __base__=Section, __doc__="``train.tasks``: a task missing or null has no overrides.",
+                          **{_attribute(t.name): (Optional[TaskOverrides], Field(None, alias=t.name))
+                             for t in TASKS.values()})
 
 
 class Train(Section):
@@ -825,19 +877,9 @@ class Params(Section):
 
 
 def input_space(task: str, knobs: dict) -> tuple[int, str]:
-    """(number of distinct inputs, the knob that sets it) of a task level, as the task registry's
-    ``Layout.space_size`` (stages/tasks/registry.py; tests/test_reliability.py checks they agree)."""
-    if task in ("copy", "reverse", "sort"):
-        return knobs.get("alphabet", 10) ** knobs["length"], "length"
-    if task == "parity":
-        return 2 ** knobs["length"], "length"
-    if task in ("compare", "add"):
-        return 10 ** (2 * knobs["digits"]), "digits"
-    if task == "mul":
-        return 10 ** (knobs["digits"] + (knobs.get("digits_b") or knobs["digits"])), "digits"
-    if task == "mod":
-        return knobs["modulus"] ** 2, "modulus"
-    raise KeyError(task)
+    """(number of distinct inputs, the knob that sets it) of a task level (its knob model's ``space``), as
+    the task's ``Layout.space_size`` (stages/tasks/registry.py; tests/test_reliability.py checks they agree)."""
+    return TASKS[task].knobs.model_construct(**knobs).space()
 
 
 def split_sizes(task: str, knobs: dict, datasets: Datasets) -> tuple[int, int, int]:
