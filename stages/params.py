@@ -19,7 +19,8 @@ size) or on one run's merged train settings (``n_checkpoints`` against that run'
 in the stages. Keys a stage reads with a default are optional here with the same default;
 keys it reads without one are required.
 
-This module imports only pydantic, :mod:`stages.config` and :mod:`stages.errors`, so validating
+This module imports only pydantic, :mod:`stages.errors` and :mod:`stages.measures.registry` (plain
+dataclasses: the landscape measures' registrations), so validating
 params.yaml adds no task, model or torch code to a stage (tests/test_params_schema.py checks that
 the names duplicated here -- schedules, precisions, measures, ... -- match the stages' own).
 """
@@ -36,6 +37,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainValida
 from pydantic_core import PydanticCustomError
 
 from stages.errors import PipelineError
+from stages.measures.registry import LANDSCAPE
 
 # The names the grid may hold. They live here (the schema), not in stages/tasks and stages/models, so that
 # validating ``grid`` (every stage that reads it) imports no task or model code and so no extra
@@ -56,7 +58,7 @@ EVAL_SETS = ("subject_verb", "determiner_noun", "word_order", "hypernym", "negat
              "syllogism", "logical_deduction")             # stages/pythia/grammar.py GENERATORS
 HALFWAY = "halfway"                                        # stages/analysis/pythia_events.py
 VERIFY = ("sha256", "size")                                # stages/pipeline/fetch_pythia.py
-LANDSCAPE_MEASURES = ("grad_erank", "gradcov_rank", "hessian", "llc")  # stages/pipeline/landscape.py
+LANDSCAPE_MEASURES = tuple(LANDSCAPE)                      # stages/measures/registry.py: one registration each
 DIRECTIONS = ("dip", "rise")                               # stages/analysis/landscape_events.py
 MAX_DIGITS = 18                                            # stages/tasks/registry.py: int64 arithmetic
 
