@@ -397,8 +397,13 @@ class _Tasks(Section):
         return self.entry(task).entry(level).model_dump(exclude_unset=True)
 
 
-Tasks = create_model("Tasks", __base__=_Tasks, __doc__="``tasks``: every registered task's knobs at every level.",
-                     **{_attribute(t.name): (Levels[t.knobs], Field(alias=t.name)) for t in TASKS.values()})
+def tasks_model(tasks: dict[str, Task]) -> type[_Tasks]:
+    """The ``tasks`` section of the registered ``tasks``: each task's knob model at every level."""
+    return create_model("Tasks", __base__=_Tasks, __doc__="``tasks``: every registered task's knobs at every level.",
+                        **{_attribute(t.name): (Levels[t.knobs], Field(alias=t.name)) for t in tasks.values()})
+
+
+Tasks = tasks_model(TASKS)
 
 
 def task_knobs(task: str, level: str, knobs: dict) -> Knobs:
@@ -507,9 +512,14 @@ class TaskOverrides(Section):
         return super()._hint(key, known)
 
 
-TrainTasks = create_model("TrainTasks", __base__=Section, __doc__="``train.tasks``: a task missing or null has no overrides.",
-                          **{_attribute(t.name): (Optional[TaskOverrides], Field(None, alias=t.name))
-                             for t in TASKS.values()})
+def train_tasks_model(tasks: dict[str, Task]) -> type[Section]:
+    """``train.tasks`` of the registered ``tasks``: a task missing or null has no overrides."""
+    return create_model("TrainTasks", __base__=Section, __doc__="``train.tasks``: a task missing or null has no overrides.",
+                        **{_attribute(t.name): (Optional[TaskOverrides], Field(None, alias=t.name))
+                           for t in tasks.values()})
+
+
+TrainTasks = train_tasks_model(TASKS)
 
 
 class Train(Section):

@@ -16,7 +16,7 @@ registered with the measure (stages/measures/registry.py) and overridable in
   scale: ``vmax - v0 < min_rise * max(|v0|, |vmax|)``.
 
 **Noise.** A transition counts only when its change exceeds ``noise_factor`` times the measure's
-own noise, estimated on the run (a measure registered with a ``noise`` column, :data:`NOISE_COLUMNS`:
+own noise, estimated on the run (a measure registered with a ``noise`` column, :func:`noise_columns`:
 the median of that column):
 
 * ``llc``: the median over checkpoints of ``llc_std``, the spread of the SGLD chains;
@@ -56,9 +56,16 @@ from stages.params import DIRECTIONS  # noqa: E402  declared once
 
 BELOW_NOISE = "below_noise"
 TRUNCATED = "truncated"
-# from the measures' registrations (stages/measures/registry.py)
-NOISE_COLUMNS = {m.column: m.noise for m in LANDSCAPE.values() if m.noise}
-DEFAULT_DIRECTIONS = {m.column: m.direction for m in LANDSCAPE.values()}
+
+
+def noise_columns() -> dict[str, str]:
+    """Measure column -> the column of its own noise, from the registrations (stages/measures/registry.py)."""
+    return {m.column: m.noise for m in LANDSCAPE.values() if m.noise}
+
+
+def default_directions() -> dict[str, str]:
+    """Measure column -> dip or rise, from the registrations (stages/measures/registry.py)."""
+    return {m.column: m.direction for m in LANDSCAPE.values()}
 
 
 def jitter(values) -> float:
@@ -70,7 +77,7 @@ def jitter(values) -> float:
 
 def measure_noise(frame: pd.DataFrame, measure: str) -> float:
     """The measure's noise on this run (see the module docstring)."""
-    column = NOISE_COLUMNS.get(measure)
+    column = noise_columns().get(measure)
     if column is not None and column in frame.columns:
         noise = pd.to_numeric(frame[column], errors="coerce").dropna()
         if len(noise):
@@ -176,6 +183,6 @@ def run_measures(frame: pd.DataFrame, directions: dict[str, str], acquisition: i
 def landscape_event_params(cfg: "LandscapeEvents") -> dict:  # noqa: F821 (stages.params.LandscapeEvents)
     """The ``landscape_events`` section (checked by the schema: every error names its key) as the flat
     mapping :func:`run_measures` takes; ``directions``: every registered measure's own
-    (:data:`DEFAULT_DIRECTIONS`), overridden by those params.yaml sets."""
-    return {"directions": {**DEFAULT_DIRECTIONS, **cfg.directions}, "rise_fraction": cfg.rise_fraction,
+    (:func:`default_directions`), overridden by those params.yaml sets."""
+    return {"directions": {**default_directions(), **cfg.directions}, "rise_fraction": cfg.rise_fraction,
             "min_rise": cfg.min_rise, "noise_factor": cfg.noise_factor, "erank_saturation": cfg.erank_saturation}

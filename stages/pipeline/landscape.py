@@ -17,7 +17,7 @@ more than ``landscape.max_checkpoints`` checkpoints (0 = no cap) they are thinne
 checkpoint index, first and last kept, so the early log-spaced checkpoints stay denser.
 
 **Following a rise to its peak** (:func:`next_steps`, :func:`peaked`). The rise measures
-(:data:`RISES`: the columns of the measures registered with direction ``rise``,
+(:func:`rises`: the columns of the measures registered with direction ``rise``,
 ``hessian_top1`` and ``llc``) often still climb at the window's end. While one of them
 has its largest value within the last ``landscape.follow.settle`` measured checkpoints, the stage
 measures further checkpoints past the last one, geometrically spaced (each batch: the first
@@ -80,8 +80,16 @@ from stages.training.loop import sequences
 from stages.pipeline import stage
 
 MEASURES = LANDSCAPE_MEASURES
-PLOT_COLUMNS = tuple(m.column for m in LANDSCAPE.values())
-RISES = tuple(m.column for m in LANDSCAPE.values() if m.direction == "rise")  # followed until they peak
+
+
+def plot_columns() -> list[str]:
+    """The registered measures' columns (stages/measures/registry.py): plotted and shown on the progress bar."""
+    return [m.column for m in LANDSCAPE.values()]
+
+
+def rises() -> list[str]:
+    """The columns of the measures registered as rises: followed until they peak."""
+    return [m.column for m in LANDSCAPE.values() if m.direction == "rise"]
 
 
 def thin(steps: list[int], max_checkpoints: int) -> list[int]:
@@ -179,9 +187,9 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, e
                 rows.append({"run": rid, "step": row["step"], "test_acc": acc.get(row["step"], np.nan),
                              "n_params": manifest.get("n_params"), "last_checkpoint": last_checkpoint, **row})
                 bar.update(1)
-                bar.set_postfix({k: f"{row[k]:.3g}" for k in PLOT_COLUMNS if k in row})
+                bar.set_postfix({k: f"{row[k]:.3g}" for k in plot_columns() if k in row})
             rows.sort(key=lambda r: r["step"])
-            open_rises = [m for m in RISES if m in rows[0] and not peaked([r[m] for r in rows], p.follow.settle)]
+            open_rises = [m for m in rises() if m in rows[0] and not peaked([r[m] for r in rows], p.follow.settle)]
             room = p.follow.extra - extra
             batch = next_steps(manifest["steps"], rows[-1]["step"], p.follow.ratio,
                                min(max(p.workers, 1), room)) if open_rises and room > 0 else []
@@ -311,7 +319,7 @@ def plot_table(frame: pd.DataFrame, rankme: pd.DataFrame | None = None) -> pd.Da
     if rankme is not None:
         frame = frame.merge(rankme, on="step", how="left")
     parts = []
-    for col in ("rankme", "rankme_centred", *PLOT_COLUMNS, "test_acc"):
+    for col in ("rankme", "rankme_centred", *plot_columns(), "test_acc"):
         if col not in frame:
             continue
         values = frame[col].astype(float)
