@@ -19,8 +19,10 @@ size) or on one run's merged train settings (``n_checkpoints`` against that run'
 in the stages. Keys a stage reads with a default are optional here with the same default;
 keys it reads without one are required.
 
-This module imports only pydantic, :mod:`stages.errors` and :mod:`stages.measures.registry` (plain
-dataclasses: the landscape measures' registrations), so validating
+:func:`load_typed_params` reads the file (:mod:`stages.params_file`) and validates it once: what every
+stage passes down. This module imports only pydantic, :mod:`stages.errors`, :mod:`stages.params_file`
+(PyYAML) and :mod:`stages.measures.registry` (plain dataclasses: the landscape measures'
+registrations), so validating
 params.yaml adds no task, model or torch code to a stage (tests/test_params_schema.py checks that
 the names duplicated here -- schedules, precisions, measures, ... -- match the stages' own).
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, Optional, TypeVar, Union
@@ -38,6 +41,7 @@ from pydantic_core import PydanticCustomError
 
 from stages.errors import PipelineError
 from stages.measures.registry import LANDSCAPE
+from stages.params_file import read_params
 
 # The names the grid may hold. They live here (the schema), not in stages/tasks and stages/models, so that
 # validating ``grid`` (every stage that reads it) imports no task or model code and so no extra
@@ -946,7 +950,7 @@ def check_sizes(params: "Params") -> None:
                                         f"(the probe set is the first {probe} test examples of {key}): at least {probe}")
                 smallest = _smallest(knobs[knob], lambda v: split_sizes(task, {**knobs, knob: v}, params.datasets)[2]
                                      >= probe)
-                need = f"{knob} must be at least {smallest}" if smallest else f"lower 'extract.probe_size'"
+                need = f"{knob} must be at least {smallest}" if smallest else "lower 'extract.probe_size'"
                 raise PipelineError(f"params.yaml: '{key}.{knob}' = {knobs[knob]} leaves {n_test} test examples "
                                     f"({space} inputs, train_fraction {knobs['train_fraction']}), fewer than "
                                     f"'extract.probe_size' = {probe} needs for the probe set: {need}")
@@ -966,13 +970,27 @@ def validate_params(data: dict, source: str = "params.yaml") -> Params:
     return params
 
 
+def load_params(path: str | os.PathLike | None = None) -> dict:
+    """params.yaml as a plain mapping, after the whole file has passed the schema of
+    :mod:`stages.params` (unknown keys, types, ranges; the one-line error names the YAML path)."""
+    data, path = read_params(path)
+    validate_params(data, source=str(path))
+    return data
+
+
+def load_typed_params(path: str | os.PathLike | None = None) -> Params:
+    """params.yaml as a validated :class:`stages.params.Params` (read and validated once): what every
+    stage's ``main`` passes down."""
+    data, path = read_params(path)
+    return validate_params(data, source=str(path))
+
+
 def main(argv=None) -> None:
     """``python -m stages.params [FILE]``: validate params.yaml (or FILE) as every stage does; one line
     either way. Run it before ``dvc exp run``/``dvc repro``: DVC resolves dvc.yaml first and answers a
     mistyped grid entry with a page of its own messages."""
     import sys
 
-    from stages.config import load_typed_params
     from stages.errors import main_guard
 
     args = list(sys.argv[1:] if argv is None else argv)

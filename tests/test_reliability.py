@@ -205,6 +205,7 @@ HOSTILE = [
 ]
 
 
+@pytest.mark.heavy
 def test_no_params_value_reaches_a_shell(tmp_path, repo_params):
     """Shell metacharacters in every matrix list (as `dvc exp run -S` writes them into params.yaml),
     then `dvc repro`: DVC used to paste them into the stage command (``--model ${item.model}``) and the
