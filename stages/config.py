@@ -8,121 +8,11 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from stages.errors import PipelineError
 
-PARAMS_FILE = Path(os.environ.get("GEOMETRY_PARAMS", "params.yaml"))
-
-from stages.params import LEVELS, MODEL_NAMES, TASK_NAMES  # noqa: E402,F401  declared in the schema; re-exported
-
-
-MAX_YAML_BYTES = 1 << 20        # a params file is a few KB; 1 MiB is far beyond any real one
-MAX_YAML_NODES = 100_000        # nodes after expanding aliases (an alias bomb expands to billions)
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader (plain data only: no Python objects), refusing a mapping that repeats a
-    key (DVC refuses such a params.yaml; PyYAML would keep the last value silently) and a document
-    that expands, through aliases, to more than :data:`MAX_YAML_NODES` nodes."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.get(key)
-            except TypeError:  # an unhashable key: the base class reports it
-                break
-            if first is not None:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first at line {first.line + 1}; DVC refuses it too)",
-                    key_node.start_mark)
-            seen[key] = key_node.start_mark
-        return super().construct_mapping(node, deep=deep)
-
-    def get_single_node(self):
-        node = super().get_single_node()
-        if node is not None:
-            _check_expansion(node)
-        return node
-
-
-def _check_expansion(root) -> None:
-    """Count the nodes of ``root`` with every alias expanded (shared nodes memoised, so the count is
-    cheap even for a bomb); refuse past :data:`MAX_YAML_NODES`."""
-    sizes: dict[int, int] = {}
-
-    def size(node, depth=0) -> int:
-        if id(node) in sizes:
-            return sizes[id(node)]
-        if depth > 100:
-            raise yaml.composer.ComposerError(None, None, "nesting deeper than 100 levels", node.start_mark)
-        sizes[id(node)] = 1  # a recursive alias counts once (PyYAML builds it as a cycle)
-        if isinstance(node, yaml.MappingNode):
-            total = 1 + sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            total = 1 + sum(size(v, depth + 1) for v in node.value)
-        else:
-            total = 1
-        sizes[id(node)] = total
-        if total > MAX_YAML_NODES:
-            raise yaml.composer.ComposerError(
-                None, None, f"expands to more than {MAX_YAML_NODES} nodes through aliases (an alias bomb?)",
-                node.start_mark)
-        return total
-
-    size(root)
-
-
-def load_yaml(text: str, source: str | os.PathLike):
-    """YAML text as plain data through :class:`_StrictLoader`; every failure (syntax, duplicate key,
-    alias bomb, a file over :data:`MAX_YAML_BYTES`) is one :class:`PipelineError` line naming
-    ``source``, the line and the column."""
-    if len(text) > MAX_YAML_BYTES:
-        raise PipelineError(f"corrupt YAML file: {source} ({len(text)} characters; at most {MAX_YAML_BYTES})")
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        what = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-        raise PipelineError(f"corrupt YAML file: {source} ({where}{' '.join(what.split())})") from None
-    except (yaml.YAMLError, RecursionError, ValueError) as exc:
-        raise PipelineError(f"corrupt YAML file: {source} ({' '.join(str(exc).split())})") from None
-
-
-def _read_params(path: str | os.PathLike | None) -> tuple[dict, Path]:
-    path = Path(path or PARAMS_FILE)
-    if not path.is_file():
-        raise PipelineError(f"missing params file: {path}")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PipelineError(f"corrupt params file: {path} ({' '.join(str(exc).split())})") from None
-    data = load_yaml(text, path)
-    if not isinstance(data, dict):
-        raise PipelineError(f"params file {path} must hold a mapping")
-    return data, path
-
-
-def load_params(path: str | os.PathLike | None = None) -> dict:
-    """params.yaml as a plain mapping, after the whole file has passed the schema of
-    :mod:`stages.params` (unknown keys, types, ranges; the one-line error names the YAML path)."""
-    from stages.params import validate_params  # here, not at the top: stages.params imports this module
-
-    data, path = _read_params(path)
-    validate_params(data, source=str(path))
-    return data
-
-
-def load_typed_params(path: str | os.PathLike | None = None) -> "Params":  # noqa: F821 (stages.params.Params)
-    """params.yaml as a validated :class:`stages.params.Params` (read and validated once): what every
-    stage's ``main`` passes down."""
-    from stages.params import validate_params
-
-    data, path = _read_params(path)
-    return validate_params(data, source=str(path))
+from stages.params import LEVELS, MODEL_NAMES, TASK_NAMES, load_params, load_typed_params, validate_params  # noqa: E402,F401  re-exported
+from stages.params_file import PARAMS_FILE, load_yaml, read_params  # noqa: F401  re-exported
 
 
 def get(params: dict, dotted: str, default: Any = ...) -> Any:
@@ -257,8 +147,6 @@ def split_address(address: str) -> tuple[str, str | None]:
 def matrix_arguments(keys: tuple[str, ...], params_path: str | os.PathLike | None) -> dict[str, str]:
     """The values of ``keys`` for the matrix entry named by ``$DVC_STAGE``, read from params.yaml
     (validated first). Every failure is one line naming what was expected."""
-    from stages.params import validate_params  # here: stages.params imports this module
-
     address = os.environ.get(ENV)
     flags = ", ".join(f"--{k}" for k in keys)
     if not address:
@@ -269,7 +157,7 @@ def matrix_arguments(keys: tuple[str, ...], params_path: str | os.PathLike | Non
     if dims is None or tuple(dims) != tuple(keys) or key is None:
         raise PipelineError(f"${ENV} = {address!r} is not an entry of a matrix stage over {', '.join(keys)}; "
                             f"pass {flags}")
-    data, path = _read_params(params_path)
+    data, path = read_params(params_path)
     validate_params(data, source=str(path))  # a hostile grid value stops here, in one line
     lists = {k: get(data, dotted) for k, dotted in dims.items()}
     entry = entry_names(lists).get(key)

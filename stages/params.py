@@ -19,7 +19,10 @@ size) or on one run's merged train settings (``n_checkpoints`` against that run'
 in the stages. Keys a stage reads with a default are optional here with the same default;
 keys it reads without one are required.
 
-This module imports only pydantic, :mod:`stages.config` and :mod:`stages.errors`, so validating
+:func:`load_typed_params` reads the file (:mod:`stages.params_file`) and validates it once: what every
+stage passes down. This module imports only pydantic, :mod:`stages.errors`, :mod:`stages.params_file`
+(PyYAML) and :mod:`stages.measures.registry` (plain dataclasses: the landscape measures'
+registrations), so validating
 params.yaml adds no task, model or torch code to a stage (tests/test_params_schema.py checks that
 the names duplicated here -- schedules, precisions, measures, ... -- match the stages' own).
 """
@@ -27,7 +30,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, Optional, TypeVar, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError, create_model,
@@ -35,13 +40,14 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainValida
 from pydantic_core import PydanticCustomError
 
 from stages.errors import PipelineError
+from stages.measures.registry import LANDSCAPE
+from stages.params_file import read_params
 
-# The names the grid may hold. They live here (the schema), not only in stages/tasks and stages/models, so that
+# The names the grid may hold. They live here (the schema), not in stages/tasks and stages/models, so that
 # validating ``grid`` (every stage that reads it) imports no task or model code and so no extra
-# dvc.yaml deps; stages/tasks/registry.py and stages/models/presets.py check at import time that
-# their TASKS / PRESETS have exactly these names.
+# dvc.yaml deps. TASK_NAMES is derived from the task registrations (TASKS, below);
+# stages/models/presets.py checks at import time that its PRESETS have exactly MODEL_NAMES.
 LEVELS = ("easy", "medium", "hard")
-TASK_NAMES = ("copy", "reverse", "compare", "parity", "add", "mod", "sort", "mul")
 MODEL_NAMES = ("p100k", "p405k", "p3m", "p11m", "p25m", "p71m", "p151m")
 
 # Names the stages use, declared once here (this module imports no torch); the stages import them.
@@ -56,7 +62,7 @@ EVAL_SETS = ("subject_verb", "determiner_noun", "word_order", "hypernym", "negat
              "syllogism", "logical_deduction")             # stages/pythia/grammar.py GENERATORS
 HALFWAY = "halfway"                                        # stages/analysis/pythia_events.py
 VERIFY = ("sha256", "size")                                # stages/pipeline/fetch_pythia.py
-LANDSCAPE_MEASURES = ("grad_erank", "gradcov_rank", "hessian", "llc")  # stages/pipeline/landscape.py
+LANDSCAPE_MEASURES = tuple(LANDSCAPE)                      # stages/measures/registry.py: one registration each
 DIRECTIONS = ("dip", "rise")                               # stages/analysis/landscape_events.py
 MAX_DIGITS = 18                                            # stages/tasks/registry.py: int64 arithmetic
 
@@ -94,31 +100,36 @@ def _path(loc) -> str:
     return path
 
 
-def _message(err: dict, source: str) -> str:
+def _detail(err: dict) -> str:
+    """One pydantic error as one line naming its full YAML path."""
     kind, ctx, loc = err["type"], err.get("ctx") or {}, tuple(err["loc"])
     if loc and loc[-1] == "[key]":  # a mapping key of the wrong type (YAML `1: ...`)
-        return f"{source}: key {loc[-2]!r} under '{_path(loc[:-2])}' must be a string"
+        return f"key {loc[-2]!r} under '{_path(loc[:-2])}' must be a string"
     path = _join(_path(loc), ctx.get("at", ""))
     if kind == "unknown_key":
-        return f"{source}: '{path}' is not a known key ({ctx['hint']})"
+        return f"'{path}' is not a known key ({ctx['hint']})"
     if kind == "missing":
-        return f"{source}: missing key '{path}'"
+        return f"missing key '{path}'"
     if kind == "choice":
-        return f"{source}: unknown {path} {ctx['shown']} (choose from: {ctx['options']})"
+        return f"unknown {path} {ctx['shown']} (choose from: {ctx['options']})"
     if kind == "entry":
-        return f"{source}: unknown entry {ctx['shown']} in '{path}' (choose from: {ctx['options']})"
+        return f"unknown entry {ctx['shown']} in '{path}' (choose from: {ctx['options']})"
     if kind == "param":
-        return f"{source}: '{path}' {ctx['detail']}"
+        return f"'{path}' {ctx['detail']}"
     got = err.get("input")
     if not path:
-        return f"{source}: must hold a mapping, got {got!r}"
+        return f"must hold a mapping, got {got!r}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"{source}: '{path}' must be a mapping, got {got!r}"
+        return f"'{path}' must be a mapping, got {got!r}"
     if kind == "list_type":
-        return f"{source}: '{path}' must be a list, got {got!r}"
+        return f"'{path}' must be a list, got {got!r}"
     if kind == "string_type":
-        return f"{source}: '{path}' must be a string, got {got!r}"
-    return f"{source}: '{path}' is invalid ({err['msg']}), got {got!r}"
+        return f"'{path}' must be a string, got {got!r}"
+    return f"'{path}' is invalid ({err['msg']}), got {got!r}"
+
+
+def _message(err: dict, source: str) -> str:
+    return f"{source}: {_detail(err)}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,6 +288,138 @@ class Section(BaseModel):
         raise KeyError(key)
 
 
+# tasks -------------------------------------------------------------------------------------
+# A task is one registration in TASKS below: its name, the model of its difficulty knobs and a
+# description. TASK_NAMES, the ``tasks`` section (``Tasks``) and ``train.tasks`` (``TrainTasks``) are
+# derived from it; the generator is the function of the same name in stages/tasks/registry.py.
+
+class Knobs(Section):
+    """What every task level may set besides its difficulty knobs (stages/tasks/dataset.py). A subclass
+    adds the difficulty knobs and ``space()``: (number of distinct inputs, the knob that sets it)."""
+
+    n_train: OptPosInt = None
+    n_test: OptPosInt = None
+    train_fraction: OptFraction = None  # enumerate the input space; this share trains
+
+
+class SequenceKnobs(Knobs):  # copy, reverse, sort
+    length: PosInt
+    alphabet: PosInt = 10
+
+    def space(self) -> tuple[int, str]:
+        return self.alphabet ** self.length, "length"
+
+
+class ParityKnobs(Knobs):
+    length: PosInt
+
+    def space(self) -> tuple[int, str]:
+        return 2 ** self.length, "length"
+
+
+class DigitsKnobs(Knobs):  # compare, add: two numbers of `digits` digits
+    digits: PosInt
+
+    @model_validator(mode="after")
+    def _fits(self):
+        if 2 * self.digits > MAX_DIGITS:
+            raise _bad(f"digit counts must add up to at most {MAX_DIGITS}, got {self.digits} + {self.digits}")
+        return self
+
+    def space(self) -> tuple[int, str]:
+        return 10 ** (2 * self.digits), "digits"
+
+
+class MulKnobs(Knobs):
+    digits: PosInt
+    digits_b: OptPosInt = None  # default: digits
+
+    @property
+    def second(self) -> int:
+        """The second factor's digit count (``digits_b``, default ``digits``)."""
+        return self.digits if self.digits_b is None else self.digits_b
+
+    @model_validator(mode="after")
+    def _fits(self):
+        if self.digits + self.second > MAX_DIGITS:
+            raise _bad(f"digit counts must add up to at most {MAX_DIGITS}, got {self.digits} + {self.second}")
+        return self
+
+    def space(self) -> tuple[int, str]:
+        return 10 ** (self.digits + self.second), "digits"
+
+
+class ModKnobs(Knobs):
+    modulus: Annotated[int, PlainValidator(lambda v: _int(v, 2))]
+    op: Annotated[Literal["add", "sub", "mul"], choice(*MOD_OPS)] = "add"
+
+    def space(self) -> tuple[int, str]:
+        return self.modulus ** 2, "modulus"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: ``name`` (its key under ``tasks`` and ``train.tasks``, a ``grid.tasks`` entry, and the
+    name of its generator in stages/tasks/registry.py), the model of its difficulty knobs, a description."""
+
+    name: str
+    knobs: type[Knobs]
+    description: str
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("copy", SequenceKnobs, "repeat the sequence"),
+    Task("reverse", SequenceKnobs, "repeat the sequence backwards"),
+    Task("compare", DigitsKnobs, "relation of two numbers, then the larger one"),
+    Task("parity", ParityKnobs, "running parity of a bit string"),
+    Task("add", DigitsKnobs, "sum of two numbers"),
+    Task("mod", ModKnobs, "(a op b) mod p, one token per residue"),
+    Task("sort", SequenceKnobs, "sort the sequence"),
+    Task("mul", MulKnobs, "product of two numbers"),
+)}
+TASK_NAMES = tuple(TASKS)
+
+K = TypeVar("K", bound=Knobs)
+
+
+class Levels(Section, Generic[K]):
+    """One task's knobs at every level (dvc.yaml generates every task at every level)."""
+
+    easy: K
+    medium: K
+    hard: K
+
+
+def _attribute(name: str) -> str:
+    """A task's field name in the models below: its own, or with ``_`` where BaseModel has it (``copy``)."""
+    return f"{name}_" if hasattr(BaseModel, name) else name
+
+
+class _Tasks(Section):
+    def knobs(self, task: str, level: str) -> dict:
+        """The knobs as written in params.yaml (unset optional keys left out), as the task registry takes them."""
+        return self.entry(task).entry(level).model_dump(exclude_unset=True)
+
+
+def tasks_model(tasks: dict[str, Task]) -> type[_Tasks]:
+    """The ``tasks`` section of the registered ``tasks``: each task's knob model at every level."""
+    return create_model("Tasks", __base__=_Tasks, __doc__="``tasks``: every registered task's knobs at every level.",
+                        **{_attribute(t.name): (Levels[t.knobs], Field(alias=t.name)) for t in tasks.values()})
+
+
+Tasks = tasks_model(TASKS)
+
+
+def task_knobs(task: str, level: str, knobs: dict) -> Knobs:
+    """``tasks.<task>.<level>`` (a mapping as in params.yaml) as its task's knob model; a
+    :class:`PipelineError` naming the key otherwise (for callers that bypass params.yaml)."""
+    try:
+        return TASKS[task].knobs.model_validate(knobs)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise PipelineError(_detail({**err, "loc": ("tasks", task, level, *err["loc"])})) from None
+
+
 # grid --------------------------------------------------------------------------------------
 
 class Grid(Section):
@@ -297,78 +440,6 @@ class Datasets(Section):
     seed: NonNegInt
     n_train: PosInt
     n_test: PosInt
-
-
-# tasks -------------------------------------------------------------------------------------
-
-class Knobs(Section):
-    """What every task level may set besides its difficulty knobs (stages/tasks/dataset.py)."""
-
-    n_train: OptPosInt = None
-    n_test: OptPosInt = None
-    train_fraction: OptFraction = None  # enumerate the input space; this share trains
-
-
-class SequenceKnobs(Knobs):  # copy, reverse, sort
-    length: PosInt
-    alphabet: PosInt = 10
-
-
-class ParityKnobs(Knobs):
-    length: PosInt
-
-
-class DigitsKnobs(Knobs):  # compare, add: two numbers of `digits` digits
-    digits: PosInt
-
-    @model_validator(mode="after")
-    def _fits(self):
-        if 2 * self.digits > MAX_DIGITS:
-            raise _bad(f"digit counts must add up to at most {MAX_DIGITS}, got {self.digits} + {self.digits}")
-        return self
-
-
-class MulKnobs(Knobs):
-    digits: PosInt
-    digits_b: OptPosInt = None  # default: digits
-
-    @model_validator(mode="after")
-    def _fits(self):
-        b = self.digits if self.digits_b is None else self.digits_b
-        if self.digits + b > MAX_DIGITS:
-            raise _bad(f"digit counts must add up to at most {MAX_DIGITS}, got {self.digits} + {b}")
-        return self
-
-
-class ModKnobs(Knobs):
-    modulus: Annotated[int, PlainValidator(lambda v: _int(v, 2))]
-    op: Annotated[Literal["add", "sub", "mul"], choice(*MOD_OPS)] = "add"
-
-
-K = TypeVar("K", bound=Knobs)
-
-
-class Levels(Section, Generic[K]):
-    """One task's knobs at every level (dvc.yaml generates every task at every level)."""
-
-    easy: K
-    medium: K
-    hard: K
-
-
-class Tasks(Section):
-    copy_: Levels[SequenceKnobs] = Field(alias="copy")
-    reverse: Levels[SequenceKnobs]
-    compare: Levels[DigitsKnobs]
-    parity: Levels[ParityKnobs]
-    add: Levels[DigitsKnobs]
-    mod: Levels[ModKnobs]
-    sort: Levels[SequenceKnobs]
-    mul: Levels[MulKnobs]
-
-    def knobs(self, task: str, level: str) -> dict:
-        """The knobs as written in params.yaml (unset optional keys left out), as the task registry takes them."""
-        return self.entry(task).entry(level).model_dump(exclude_unset=True)
 
 
 # train -------------------------------------------------------------------------------------
@@ -445,17 +516,14 @@ class TaskOverrides(Section):
         return super()._hint(key, known)
 
 
-class TrainTasks(Section):
-    """``train.tasks``: a task missing or null has no overrides."""
+def train_tasks_model(tasks: dict[str, Task]) -> type[Section]:
+    """``train.tasks`` of the registered ``tasks``: a task missing or null has no overrides."""
+    return create_model("TrainTasks", __base__=Section, __doc__="``train.tasks``: a task missing or null has no overrides.",
+                        **{_attribute(t.name): (Optional[TaskOverrides], Field(None, alias=t.name))
+                           for t in tasks.values()})
 
-    copy_: Optional[TaskOverrides] = Field(None, alias="copy")
-    reverse: Optional[TaskOverrides] = None
-    compare: Optional[TaskOverrides] = None
-    parity: Optional[TaskOverrides] = None
-    add: Optional[TaskOverrides] = None
-    mod: Optional[TaskOverrides] = None
-    sort: Optional[TaskOverrides] = None
-    mul: Optional[TaskOverrides] = None
+
+TrainTasks = train_tasks_model(TASKS)
 
 
 class Train(Section):
@@ -825,19 +893,9 @@ class Params(Section):
 
 
 def input_space(task: str, knobs: dict) -> tuple[int, str]:
-    """(number of distinct inputs, the knob that sets it) of a task level, as the task registry's
-    ``Layout.space_size`` (stages/tasks/registry.py; tests/test_reliability.py checks they agree)."""
-    if task in ("copy", "reverse", "sort"):
-        return knobs.get("alphabet", 10) ** knobs["length"], "length"
-    if task == "parity":
-        return 2 ** knobs["length"], "length"
-    if task in ("compare", "add"):
-        return 10 ** (2 * knobs["digits"]), "digits"
-    if task == "mul":
-        return 10 ** (knobs["digits"] + (knobs.get("digits_b") or knobs["digits"])), "digits"
-    if task == "mod":
-        return knobs["modulus"] ** 2, "modulus"
-    raise KeyError(task)
+    """(number of distinct inputs, the knob that sets it) of a task level (its knob model's ``space``), as
+    the task's ``Layout.space_size`` (stages/tasks/registry.py; tests/test_reliability.py checks they agree)."""
+    return TASKS[task].knobs.model_construct(**knobs).space()
 
 
 def split_sizes(task: str, knobs: dict, datasets: Datasets) -> tuple[int, int, int]:
@@ -892,7 +950,7 @@ def check_sizes(params: "Params") -> None:
                                         f"(the probe set is the first {probe} test examples of {key}): at least {probe}")
                 smallest = _smallest(knobs[knob], lambda v: split_sizes(task, {**knobs, knob: v}, params.datasets)[2]
                                      >= probe)
-                need = f"{knob} must be at least {smallest}" if smallest else f"lower 'extract.probe_size'"
+                need = f"{knob} must be at least {smallest}" if smallest else "lower 'extract.probe_size'"
                 raise PipelineError(f"params.yaml: '{key}.{knob}' = {knobs[knob]} leaves {n_test} test examples "
                                     f"({space} inputs, train_fraction {knobs['train_fraction']}), fewer than "
                                     f"'extract.probe_size' = {probe} needs for the probe set: {need}")
@@ -912,13 +970,27 @@ def validate_params(data: dict, source: str = "params.yaml") -> Params:
     return params
 
 
+def load_params(path: str | os.PathLike | None = None) -> dict:
+    """params.yaml as a plain mapping, after the whole file has passed the schema of
+    :mod:`stages.params` (unknown keys, types, ranges; the one-line error names the YAML path)."""
+    data, path = read_params(path)
+    validate_params(data, source=str(path))
+    return data
+
+
+def load_typed_params(path: str | os.PathLike | None = None) -> Params:
+    """params.yaml as a validated :class:`stages.params.Params` (read and validated once): what every
+    stage's ``main`` passes down."""
+    data, path = read_params(path)
+    return validate_params(data, source=str(path))
+
+
 def main(argv=None) -> None:
     """``python -m stages.params [FILE]``: validate params.yaml (or FILE) as every stage does; one line
     either way. Run it before ``dvc exp run``/``dvc repro``: DVC resolves dvc.yaml first and answers a
     mistyped grid entry with a page of its own messages."""
     import sys
 
-    from stages.config import load_typed_params
     from stages.errors import main_guard
 
     args = list(sys.argv[1:] if argv is None else argv)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 
 from conftest import ROOT, tiny_params
@@ -70,6 +71,7 @@ def entries(lock: dict) -> dict:
     return out
 
 
+@pytest.mark.heavy
 def test_cluster_repro_matches_serial(tmp_path, repo_params):
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
     for dest in (serial, parallel):

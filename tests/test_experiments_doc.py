@@ -49,7 +49,7 @@ def project_copy(repo: Path, files=("dvc.yaml", "params.yaml", "metrics/summary.
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, repo / name)
     if (ROOT / "studies").is_dir():  # a second params file: its keys make DVC prefix the column names
-        shutil.copytree(ROOT / "studies", repo / "studies")
+        shutil.copytree(ROOT / "studies", repo / "studies", ignore=shutil.ignore_patterns("data"))  # outputs: not in git
 
 
 def test_the_first_exp_show_recipe_fits_200_columns(tmp_path):

@@ -162,3 +162,30 @@ def test_rankme_at_takes_the_deepest_varying_layer():
     out = landscape.rankme_at(measures, [5, 0, 7])
     assert out["rankme"].tolist()[:2] == [2.0, 9.0] and out["rankme_centred"].tolist()[:2] == [1.5, 8.0]
     assert np.isnan(out["rankme"].iloc[2])  # no such checkpoint in the measures table
+
+
+def test_a_registered_measure_is_computed_plotted_and_evented(monkeypatch, repo_params):
+    """A toy landscape measure registered as docs/extending.md says (one LandscapeMeasure and its row
+    function) appears in the row, the plot table and the events, with its direction and noise column."""
+    from stages.analysis import landscape_events
+    from stages.measures import landscape_rows
+    from stages.measures.registry import LANDSCAPE, LandscapeMeasure
+    from stages.models.gpt import GPT, GPTConfig
+
+    monkeypatch.setitem(LANDSCAPE, "weight_norm", LandscapeMeasure("weight_norm", "weight_norm", "rise", "wn_noise"))
+    monkeypatch.setattr(landscape_rows, "weight_norm", lambda c: {
+        "weight_norm": float(torch.sqrt(sum((w.detach().double() ** 2).sum() for w in c.model.parameters()))),
+        "wn_noise": 0.0}, raising=False)
+    p = validate_params(repo_params).landscape.model_copy(update={"measures": ["weight_norm"]})
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=4, block_size=3, n_layer=1, n_head=1, d_model=4))
+    row = landscape.measure_checkpoint(model, {}, 2, p)
+    assert list(row) == ["weight_norm", "wn_noise"] and row["weight_norm"] > 0
+    assert "weight_norm" in landscape.plot_columns() and "weight_norm" in landscape.rises()
+    frame = pd.DataFrame({"step": [0, 1, 2, 3], "weight_norm": [1.0, 2.0, 3.0, 3.0], "wn_noise": 0.0,
+                          "last_checkpoint": 3})
+    assert set(landscape.plot_table(frame)["measure"]) == {"weight_norm"}
+    events = landscape_events.landscape_event_params(validate_params(repo_params).landscape_events)
+    assert events["directions"]["weight_norm"] == "rise" and landscape_events.noise_columns()["weight_norm"] == "wn_noise"
+    out = run_measures(frame, events["directions"], None, Rules(), events)
+    assert out["weight_norm"]["direction"] == "rise" and out["weight_norm"]["transition_step"] == 1

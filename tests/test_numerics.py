@@ -280,6 +280,7 @@ print("PHASE done", flush=True)
 
 @pytest.mark.skipif(GDB is None or not torch.backends.mkl.is_available(), reason="needs gdb and torch on MKL")
 @pytest.mark.parametrize("code", [UPDATE, SUITE_UPDATE, HVP], ids=["gpt", "neox-suite", "hessian"])
+@pytest.mark.heavy
 def test_a_training_update_calls_no_vector_math(tmp_path, code):
     names = [f"vm{t}{f}" for f in ("Acos", "Asin", "Atan", "Cos", "Erf", "Erfc", "ErfInv", "Exp", "Ln", "Log10",
                                    "Log2", "Sin", "Sqrt", "Tan", "Tanh", "Trunc", "Expm1", "Log1p", "Abs")

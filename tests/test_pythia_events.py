@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from stages.analysis.event_rules import Rules, acquisition
-from stages.analysis.pythia_events import COLUMNS, acquisition_threshold, set_events, set_threshold
+from stages.analysis.pythia_events import COLUMNS, set_events, set_threshold
 from stages.errors import PipelineError
 
 # Pythia-like checkpoints: log-spaced, then every doubling up to the end of training.
@@ -104,22 +104,6 @@ def test_unsorted_rows_give_the_same_events():
     acc = table({"negation": (0.5, from_step(1000, 0.5, 0.9)), "antonym": (0.25, from_step(4000, 0.25, 0.9))})
     shuffled = acc.sample(frac=1.0, random_state=0)
     pd.testing.assert_frame_equal(set_events(shuffled, 512, RULES), set_events(acc, 512, RULES))
-
-
-@pytest.mark.parametrize("bad", ["half", "0.5", 0, 1, 1.5, -0.2, True, None, float("nan"), [0.5]])
-def test_bad_acquisition_setting_names_the_key(bad):
-    with pytest.raises(PipelineError) as exc:
-        acquisition_threshold(bad, "pythia.acquisition")
-    message = str(exc.value)
-    assert "'pythia.acquisition'" in message and "\n" not in message and "halfway" in message
-
-
-def test_good_acquisition_settings(repo_params):
-    assert acquisition_threshold("halfway", "k") == "halfway"
-    assert acquisition_threshold(0.3, "k") == 0.3
-    assert acquisition_threshold(repo_params["pythia"]["acquisition"], "pythia.acquisition") == "halfway"
-    with pytest.raises(PipelineError, match="pythia.acquisition"):
-        set_events(table({"a": (0.5, [0.5] * len(STEPS))}), None, RULES, threshold=2)
 
 
 def test_bad_tables_are_one_line_errors():

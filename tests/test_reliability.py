@@ -205,6 +205,7 @@ HOSTILE = [
 ]
 
 
+@pytest.mark.heavy
 def test_no_params_value_reaches_a_shell(tmp_path, repo_params):
     """Shell metacharacters in every matrix list (as `dvc exp run -S` writes them into params.yaml),
     then `dvc repro`: DVC used to paste them into the stage command (``--model ${item.model}``) and the
@@ -484,14 +485,14 @@ def test_probe_train_fraction_must_leave_both_parts(repo_params):
 
 
 def test_input_space_matches_the_task_registry(repo_params):
-    from stages.params import input_space, validate_params
-    from stages.tasks import get_task
+    from stages.params import input_space, task_knobs, validate_params
+    from stages.tasks.registry import layout
 
     params = validate_params(repo_params)
     for task, levels in repo_params["tasks"].items():
         for level in levels:
             knobs = params.tasks.knobs(task, level)
-            assert input_space(task, knobs)[0] == get_task(task).layout(knobs, task).space_size, (task, level)
+            assert input_space(task, knobs)[0] == layout(task, task_knobs(task, level, knobs)).space_size, (task, level)
 
 
 def test_train_batch_larger_than_the_data_stops_before_training(workdir, capsys):

@@ -132,6 +132,7 @@ matrix:
 """
 
 
+@pytest.mark.heavy
 def test_toy_study_end_to_end(tmp_path):
     """A tiny study (3 cells x 2 sizes, 12 steps) reproduced with ``dvc repro studies/toy/dvc.yaml``
     in a copy of the repository: its outputs land in its own folder, the root pipeline is not run,

@@ -68,3 +68,43 @@ def test_bad_knobs_name_the_key(task, knobs, match):
 def test_unknown_level():
     with pytest.raises(PipelineError, match="unknown level 'extreme'"):
         build_dataset("copy", "extreme", {"length": 4}, 0, 20, 5)
+
+
+def negate(k):
+    """The worked example of docs/extending.md: each symbol s becomes alphabet - 1 - s."""
+    from stages.tasks.registry import Layout
+    return Layout((k.alphabet,) * k.length, k.alphabet, lambda x: (x, k.alphabet - 1 - x))
+
+
+@pytest.fixture
+def negate_registered(monkeypatch):
+    """A toy task registered as docs/extending.md says: one Task(...) and its generator (both undone after)."""
+    from stages import params as schema
+    from stages.tasks import registry
+    monkeypatch.setitem(schema.TASKS, "negate", schema.Task("negate", schema.SequenceKnobs, "alphabet - 1 - s"))
+    monkeypatch.setattr(registry, "negate", negate, raising=False)
+    return schema
+
+
+def test_a_registered_task_gets_its_schema_and_builds(negate_registered, repo_params):
+    schema = negate_registered
+    tasks = schema.tasks_model(schema.TASKS)
+    assert "negate" in schema.train_tasks_model(schema.TASKS).model_fields
+    section = {**repo_params["tasks"], "negate": {lv: {"length": 3} for lv in LEVELS}}
+    section["negate"]["hard"] = {"length": 3, "alphabet": 4}
+    assert tasks.model_validate(section).knobs("negate", "hard") == {"length": 3, "alphabet": 4}
+    section["negate"]["hard"] = {"length": 3, "colour": 4}
+    with pytest.raises(Exception) as bad:
+        tasks.model_validate(section)
+    line = schema._message(bad.value.errors()[0], "params.yaml")
+    assert line.startswith("params.yaml: 'negate.hard.colour' is not a known key") and "\n" not in line
+    ds = build_dataset("negate", "easy", {"length": 3, "alphabet": 4}, 0, 20, 10)
+    assert (ds.train_answer == 3 - ds.train_prompt[:, :3]).all()
+    with pytest.raises(PipelineError, match=r"^'tasks.negate.easy.length' must be a positive integer, got 0$"):
+        build_dataset("negate", "easy", {"length": 0}, 0, 20, 10)
+
+
+def test_every_registered_task_has_a_generator():
+    from stages.tasks import registry
+    for task in TASKS:
+        assert callable(getattr(registry, task)), task

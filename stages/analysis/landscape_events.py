@@ -2,7 +2,8 @@
 
 Input: one run's ``data/landscape/<run>.csv`` (see :mod:`stages.pipeline.landscape`), its acquisition step
 and the shared event rules (:class:`stages.analysis.event_rules.Rules`). Each measure has a direction,
-set in ``params.yaml: landscape_events.directions``:
+registered with the measure (stages/measures/registry.py) and overridable in
+``params.yaml: landscape_events.directions``:
 
 * **dip** measures (gradient effective rank, gradient covariance rank) collapse and recover, like
   RankMe: the dip is :func:`stages.analysis.event_rules.find_dip` searched up to acquisition (same
@@ -15,7 +16,8 @@ set in ``params.yaml: landscape_events.directions``:
   scale: ``vmax - v0 < min_rise * max(|v0|, |vmax|)``.
 
 **Noise.** A transition counts only when its change exceeds ``noise_factor`` times the measure's
-own noise, estimated on the run:
+own noise, estimated on the run (a measure registered with a ``noise`` column, :func:`noise_columns`:
+the median of that column):
 
 * ``llc``: the median over checkpoints of ``llc_std``, the spread of the SGLD chains;
 * ``hessian_top1``: the median of ``hessian_top1_noise`` = max(spread over Lanczos repeats,
@@ -49,10 +51,21 @@ import pandas as pd
 
 from stages.analysis.event_rules import ABSENT, FOUND, UNDETERMINED, Rules, find_dip, lead_fraction, precursor_verdict
 
+from stages.measures.registry import LANDSCAPE
 from stages.params import DIRECTIONS  # noqa: E402  declared once
+
 BELOW_NOISE = "below_noise"
 TRUNCATED = "truncated"
-NOISE_COLUMNS = {"llc": "llc_std", "hessian_top1": "hessian_top1_noise"}
+
+
+def noise_columns() -> dict[str, str]:
+    """Measure column -> the column of its own noise, from the registrations (stages/measures/registry.py)."""
+    return {m.column: m.noise for m in LANDSCAPE.values() if m.noise}
+
+
+def default_directions() -> dict[str, str]:
+    """Measure column -> dip or rise, from the registrations (stages/measures/registry.py)."""
+    return {m.column: m.direction for m in LANDSCAPE.values()}
 
 
 def jitter(values) -> float:
@@ -64,7 +77,7 @@ def jitter(values) -> float:
 
 def measure_noise(frame: pd.DataFrame, measure: str) -> float:
     """The measure's noise on this run (see the module docstring)."""
-    column = NOISE_COLUMNS.get(measure)
+    column = noise_columns().get(measure)
     if column is not None and column in frame.columns:
         noise = pd.to_numeric(frame[column], errors="coerce").dropna()
         if len(noise):
@@ -169,6 +182,7 @@ def run_measures(frame: pd.DataFrame, directions: dict[str, str], acquisition: i
 
 def landscape_event_params(cfg: "LandscapeEvents") -> dict:  # noqa: F821 (stages.params.LandscapeEvents)
     """The ``landscape_events`` section (checked by the schema: every error names its key) as the flat
-    mapping :func:`run_measures` takes."""
-    return {"directions": dict(cfg.directions), "rise_fraction": cfg.rise_fraction, "min_rise": cfg.min_rise,
-            "noise_factor": cfg.noise_factor, "erank_saturation": cfg.erank_saturation}
+    mapping :func:`run_measures` takes; ``directions``: every registered measure's own
+    (:func:`default_directions`), overridden by those params.yaml sets."""
+    return {"directions": {**default_directions(), **cfg.directions}, "rise_fraction": cfg.rise_fraction,
+            "min_rise": cfg.min_rise, "noise_factor": cfg.noise_factor, "erank_saturation": cfg.erank_saturation}

@@ -16,8 +16,6 @@ when it did not). One model can so show a precursor gap on a hard set and none o
 """
 from __future__ import annotations
 
-import math
-from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -33,16 +31,6 @@ NEEDED = ("eval_set", "step", "accuracy", "chance")
 TOLERANCE = 1e-9
 
 
-def acquisition_threshold(value, key: str) -> str | float:
-    """Validate a per-set threshold setting: ``"halfway"`` or a share ``f`` in (0, 1)."""
-    if value == HALFWAY:
-        return HALFWAY
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and 0 < value < 1
-    if not ok:
-        raise PipelineError(f"'{key}' must be '{HALFWAY}' or a number in (0, 1), got {value!r}")
-    return float(value)
-
-
 def set_threshold(chance: float, threshold: str | float = HALFWAY) -> float:
     """The accuracy threshold of a set with chance level ``chance``: ``chance + f (1 - chance)``."""
     share = 0.5 if threshold == HALFWAY else float(threshold)
@@ -55,7 +43,6 @@ def set_events(accuracy: pd.DataFrame, end_step: int | None, rules: Rules,
     chance; one row per set and checkpoint): eval_set, chance, threshold, acquisition_step,
     acquisition_status (found | absent | undetermined), lead_fraction and precursor
     (True | False | None) of the transition that ended at ``end_step``. Sets in name order."""
-    threshold = acquisition_threshold(threshold, "pythia.acquisition")
     missing = [c for c in NEEDED if c not in accuracy.columns]
     if missing:
         raise PipelineError(f"accuracy table lacks columns {', '.join(missing)} (needs {', '.join(NEEDED)})")

@@ -17,7 +17,8 @@ more than ``landscape.max_checkpoints`` checkpoints (0 = no cap) they are thinne
 checkpoint index, first and last kept, so the early log-spaced checkpoints stay denser.
 
 **Following a rise to its peak** (:func:`next_steps`, :func:`peaked`). The rise measures
-(:data:`RISES`: ``hessian_top1``, ``llc``) often still climb at the window's end. While one of them
+(:func:`rises`: the columns of the measures registered with direction ``rise``,
+``hessian_top1`` and ``llc``) often still climb at the window's end. While one of them
 has its largest value within the last ``landscape.follow.settle`` measured checkpoints, the stage
 measures further checkpoints past the last one, geometrically spaced (each batch: the first
 checkpoints at or past ``follow.ratio``, ``ratio^2``, ... times the last measured step, one per
@@ -27,7 +28,8 @@ checkpoint step, so a rise cut off by the window (its maximum at the last measur
 before the run ends) is reported as ``truncated`` by :mod:`stages.analysis.landscape_events`, never
 as an event.
 
-**Columns** (one row per measured checkpoint):
+**Columns** (one row per measured checkpoint; each measure's row function is registered in
+:mod:`stages.measures.registry` and written in :mod:`stages.measures.landscape_rows`):
 
 * ``run, step, test_acc, n_params``, ``last_checkpoint`` (the run's final checkpoint step);
 * ``grad_erank`` and its cap ``grad_erank_cap`` = min(samples, columns of G);
@@ -56,7 +58,6 @@ import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
-import torch
 
 from stages import paths
 from stages.analysis.event_rules import acquisition
@@ -69,21 +70,26 @@ from stages.io.history import accuracy_by_step
 from stages.io.measure_tables import read_measures
 from stages.io.atomic import output_set
 from stages.io.tables import write_csv
-from stages.measures.grad_cov import covariance_rank_cap, gradient_covariance_rank
-from stages.measures.grad_rank import effective_rank_cap, gradient_effective_rank, gram_matrix
-from stages.measures.hessian import hessian_top_eigenvalues_repeated
-from stages.measures.llc import estimate_llc
-from stages.measures.per_example import per_example_gradients
+from stages.measures.landscape_rows import measure_checkpoint
+from stages.measures.registry import LANDSCAPE
 from stages.params import Events, LANDSCAPE_MEASURES, Landscape, Params
 from stages.numerics import warm_vector_math
 from stages.runtime import pin_threads
 from stages.training.device import resolve_device
-from stages.training.loop import answer_loss, sequences
+from stages.training.loop import sequences
 from stages.pipeline import stage
 
 MEASURES = LANDSCAPE_MEASURES
-PLOT_COLUMNS = ("grad_erank", "gradcov_rank", "hessian_top1", "llc")
-RISES = ("hessian_top1", "llc")  # measures that rise: followed until they peak
+
+
+def plot_columns() -> list[str]:
+    """The registered measures' columns (stages/measures/registry.py): plotted and shown on the progress bar."""
+    return [m.column for m in LANDSCAPE.values()]
+
+
+def rises() -> list[str]:
+    """The columns of the measures registered as rises: followed until they peak."""
+    return [m.column for m in LANDSCAPE.values() if m.direction == "rise"]
 
 
 def thin(steps: list[int], max_checkpoints: int) -> list[int]:
@@ -143,41 +149,6 @@ def next_steps(steps, last: int, ratio: float, count: int) -> list[int]:
     return sorted(out)
 
 
-def measure_checkpoint(model, data: dict, prompt_len: int, p: Landscape) -> dict:
-    """All requested measures of ``p`` (the ``landscape`` section) at one checkpoint; ``data`` holds
-    the seeded sample tensors."""
-    row: dict = {}
-    loss = lambda m, rows: answer_loss(m, rows, prompt_len)  # noqa: E731
-    if {"grad_erank", "gradcov_rank"} & set(p.measures):
-        grads = per_example_gradients(model, data["grad"], prompt_len, chunk=p.grad.chunk,
-                                      sketch_dim=p.grad.sketch_dim, seed=p.seed)
-        n = grads.shape[0]
-        if "grad_erank" in p.measures:
-            row["grad_erank"] = gradient_effective_rank(gram=gram_matrix(grads))
-            row["grad_erank_cap"] = effective_rank_cap(n, grads.shape[1])
-        if "gradcov_rank" in p.measures:
-            rank = gradient_covariance_rank(rtol=p.grad.cov_rtol, centred_gram=gram_matrix(grads, centre=True))
-            cap = covariance_rank_cap(n)
-            row.update(gradcov_rank=rank, gradcov_cap=cap, gradcov_saturated=bool(rank >= cap))
-    if "hessian" in p.measures:
-        vals, spread = hessian_top_eigenvalues_repeated(
-            model, lambda m: loss(m, data["hessian"]), k=p.hessian.k, tol=p.hessian.tol,
-            maxiter=p.hessian.maxiter, seed=p.seed, repeats=p.hessian.repeats)
-        row.update({f"hessian_top{i + 1}": float(v) for i, v in enumerate(vals)})
-        row["hessian_top1_spread"] = spread
-        floor = p.hessian.tol * abs(float(vals[0]))
-        row["hessian_top1_noise"] = float(np.nanmax([spread, floor])) if np.isfinite(vals[0]) else float("nan")
-    if "llc" in p.measures:
-        llc = p.llc
-        res = estimate_llc(model, loss, data["llc"], lr=llc.lr, gamma=llc.gamma,
-                           nbeta=None if llc.nbeta == "auto" else llc.nbeta, chains=llc.chains, draws=llc.draws,
-                           burn_in=llc.burn_in, batch_size=llc.batch_size, seed=p.seed, max_drift=llc.max_drift)
-        row.update(llc=res.llc, llc_std=res.llc_std, llc_chain_min=res.chain_min, llc_chain_max=res.chain_max,
-                   **{f"llc_chain{c}": v for c, v in enumerate(res.per_chain)},
-                   llc_drift=res.drift, llc_stationary=res.stationary, init_loss=res.init_loss)
-    return row
-
-
 def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, events: Events,
               progress: bool = True, portable: bool = False) -> pd.DataFrame:
     """The landscape measures (``p``: the ``landscape`` section) of run ``<task>-<level>-<model>-s<seed>``,
@@ -216,9 +187,9 @@ def landscape(task: str, level: str, model_name: str, seed: int, p: Landscape, e
                 rows.append({"run": rid, "step": row["step"], "test_acc": acc.get(row["step"], np.nan),
                              "n_params": manifest.get("n_params"), "last_checkpoint": last_checkpoint, **row})
                 bar.update(1)
-                bar.set_postfix({k: f"{row[k]:.3g}" for k in PLOT_COLUMNS if k in row})
+                bar.set_postfix({k: f"{row[k]:.3g}" for k in plot_columns() if k in row})
             rows.sort(key=lambda r: r["step"])
-            open_rises = [m for m in RISES if m in rows[0] and not peaked([r[m] for r in rows], p.follow.settle)]
+            open_rises = [m for m in rises() if m in rows[0] and not peaked([r[m] for r in rows], p.follow.settle)]
             room = p.follow.extra - extra
             batch = next_steps(manifest["steps"], rows[-1]["step"], p.follow.ratio,
                                min(max(p.workers, 1), room)) if open_rises and room > 0 else []
@@ -348,7 +319,7 @@ def plot_table(frame: pd.DataFrame, rankme: pd.DataFrame | None = None) -> pd.Da
     if rankme is not None:
         frame = frame.merge(rankme, on="step", how="left")
     parts = []
-    for col in ("rankme", "rankme_centred", *PLOT_COLUMNS, "test_acc"):
+    for col in ("rankme", "rankme_centred", *plot_columns(), "test_acc"):
         if col not in frame:
             continue
         values = frame[col].astype(float)

@@ -1,4 +1,4 @@
-"""The eight algorithmic tasks, their vocabularies and deterministic datasets."""
+"""The algorithmic tasks (registered in stages.params.TASKS), their generators and deterministic datasets."""
 from stages.tasks.registry import LEVELS, TASKS, Task, get_task
 from stages.tasks.dataset import build_dataset
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.config import fraction, positive_int
 from stages.errors import PipelineError
-from stages.tasks.registry import LEVELS, SPECIALS, Layout, get_task, special
+from stages.params import task_knobs
+from stages.tasks.registry import LEVELS, SPECIALS, Layout, get_task, layout as task_layout, special
 
 ENUMERATE_LIMIT = 2_000_000  # input spaces up to this size are enumerated, not sampled
 
@@ -82,17 +82,18 @@ def build_dataset(task: str, level: str, knobs: dict, seed: int, n_train: int, n
     """Build the splits. ``knobs`` may override ``n_train``/``n_test`` or set ``train_fraction``
     (then the whole input space is enumerated, ``train_fraction`` of it trains, the rest tests)."""
     key = f"tasks.{task}.{level}"
-    spec = get_task(task)
+    get_task(task)
     if level not in LEVELS:
         raise PipelineError(f"unknown level '{level}' (choose from: {', '.join(LEVELS)})")
-    layout = spec.layout(knobs, key)
-    n_train = positive_int(knobs.get("n_train", n_train), f"{key}.n_train")
-    n_test = positive_int(knobs.get("n_test", n_test), f"{key}.n_test")
+    checked = task_knobs(task, level, knobs)  # the schema's check, for callers that bypass params.yaml
+    layout = task_layout(task, checked)
+    n_train = n_train if checked.n_train is None else checked.n_train
+    n_test = n_test if checked.n_test is None else checked.n_test
     rng = _rng(seed, task, level)
     space = layout.space_size
 
-    if "train_fraction" in knobs:
-        frac = fraction(knobs["train_fraction"], f"{key}.train_fraction")
+    if checked.train_fraction is not None:
+        frac = checked.train_fraction
         if space > ENUMERATE_LIMIT:
             raise PipelineError(f"'{key}.train_fraction' needs an input space of at most {ENUMERATE_LIMIT}, this one has {space}")
         inputs = _decode(rng.permutation(space), layout.radices)

@@ -1,4 +1,5 @@
-"""Task definitions.
+"""Task generators: for every task registered in :data:`stages.params.TASKS`, the function of the same
+name builds its :class:`Layout` from the task's knob model (checked by the schema).
 
 Every task maps a fixed-length vector of input symbols to a fixed-length answer. A
 sequence is ``prompt + [SEP] + answer``; the model is trained on the answer tokens only and
@@ -16,8 +17,9 @@ from typing import Callable
 
 import numpy as np
 
-from stages.config import LEVELS, TASK_NAMES, choose, positive_int  # noqa: F401 (LEVELS is re-exported)
-from stages.errors import PipelineError
+from stages.config import choose
+from stages.params import (LEVELS, TASKS, DigitsKnobs, Knobs, ModKnobs, MulKnobs, ParityKnobs,  # noqa: F401
+                           SequenceKnobs, Task)  # LEVELS: re-exported
 
 SPECIALS = ("<pad>", "=", "+", "-", "*", "<", "~", ">", ",")  # "~" is the equality relation
 
@@ -53,42 +55,27 @@ class Layout:
         return size
 
 
-def _seq_knobs(knobs: dict, key: str) -> tuple[int, int]:
-    length = positive_int(knobs.get("length"), f"{key}.length")
-    alphabet = positive_int(knobs.get("alphabet", 10), f"{key}.alphabet")
-    return length, alphabet
+# The generators: one per task of stages.params.TASKS, named after it, taking the task's knob model
+# (checked by the schema) and returning its Layout.
+
+def copy(k: SequenceKnobs) -> Layout:
+    return Layout((k.alphabet,) * k.length, k.alphabet, lambda x: (x, x.copy()))
 
 
-def _copy(knobs, key):
-    length, alphabet = _seq_knobs(knobs, key)
-    return Layout((alphabet,) * length, alphabet, lambda x: (x, x.copy()))
+def reverse(k: SequenceKnobs) -> Layout:
+    return Layout((k.alphabet,) * k.length, k.alphabet, lambda x: (x, x[:, ::-1].copy()))
 
 
-def _reverse(knobs, key):
-    length, alphabet = _seq_knobs(knobs, key)
-    return Layout((alphabet,) * length, alphabet, lambda x: (x, x[:, ::-1].copy()))
+def sort(k: SequenceKnobs) -> Layout:
+    return Layout((k.alphabet,) * k.length, k.alphabet, lambda x: (x, np.sort(x, axis=1)))
 
 
-def _sort(knobs, key):
-    length, alphabet = _seq_knobs(knobs, key)
-    return Layout((alphabet,) * length, alphabet, lambda x: (x, np.sort(x, axis=1)))
+def parity(k: ParityKnobs) -> Layout:
+    return Layout((2,) * k.length, 2, lambda x: (x, np.cumsum(x, axis=1) % 2))
 
 
-def _parity(knobs, key):
-    length = positive_int(knobs.get("length"), f"{key}.length")
-    return Layout((2,) * length, 2, lambda x: (x, np.cumsum(x, axis=1) % 2))
-
-
-def _two_numbers(knobs, key, first="digits", second="digits"):
-    n = positive_int(knobs.get(first), f"{key}.{first}")
-    m = positive_int(knobs.get(second, n), f"{key}.{second}")
-    if n + m > 18:
-        raise PipelineError(f"'{key}' digit counts must add up to at most 18, got {n} + {m}")
-    return n, m
-
-
-def _compare(knobs, key):
-    n, _ = _two_numbers(knobs, key)
+def compare(k: DigitsKnobs) -> Layout:
+    n = k.digits
 
     def render(x):
         a, b = undigits(x[:, :n]), undigits(x[:, n:])
@@ -101,8 +88,8 @@ def _compare(knobs, key):
     return Layout((10,) * (2 * n), 10, render)
 
 
-def _add(knobs, key):
-    n, _ = _two_numbers(knobs, key)
+def add(k: DigitsKnobs) -> Layout:
+    n = k.digits
 
     def render(x):
         a, b = undigits(x[:, :n]), undigits(x[:, n:])
@@ -112,8 +99,8 @@ def _add(knobs, key):
     return Layout((10,) * (2 * n), 10, render)
 
 
-def _mul(knobs, key):
-    n, m = _two_numbers(knobs, key, "digits", "digits_b")
+def mul(k: MulKnobs) -> Layout:
+    n, m = k.digits, k.second
 
     def render(x):
         a, b = undigits(x[:, :n]), undigits(x[:, n:])
@@ -126,12 +113,9 @@ def _mul(knobs, key):
 MOD_OPS = {"add": ("+", np.add), "sub": ("-", np.subtract), "mul": ("*", np.multiply)}
 
 
-def _mod(knobs, key):
-    p = positive_int(knobs.get("modulus"), f"{key}.modulus")
-    if p < 2:
-        raise PipelineError(f"'{key}.modulus' must be at least 2, got {p}")
-    op_name = choose(knobs.get("op", "add"), MOD_OPS, f"{key}.op")
-    symbol, fn = MOD_OPS[op_name]
+def mod(k: ModKnobs) -> Layout:
+    p = k.modulus
+    symbol, fn = MOD_OPS[k.op]
 
     def render(x):
         op = np.full((len(x), 1), special(symbol, p))
@@ -140,41 +124,12 @@ def _mod(knobs, key):
     return Layout((p, p), p, render)
 
 
-@dataclass(frozen=True)
-class Task:
-    name: str
-    knobs: tuple[str, ...]
-    build: Callable[[dict, str], Layout]
-    description: str
-
-    def layout(self, knobs: dict, key: str) -> Layout:
-        if not isinstance(knobs, dict):
-            raise PipelineError(f"'{key}' must be a mapping of difficulty knobs, got {knobs!r}")
-        allowed = set(self.knobs) | {"n_train", "n_test", "train_fraction"}
-        for name in knobs:
-            if name not in allowed:
-                raise PipelineError(f"unknown knob '{key}.{name}' (task {self.name} takes: {', '.join(sorted(allowed))})")
-        return self.build(knobs, key)
-
-
-TASKS: dict[str, Task] = {
-    t.name: t
-    for t in (
-        Task("copy", ("length", "alphabet"), _copy, "repeat the sequence"),
-        Task("reverse", ("length", "alphabet"), _reverse, "repeat the sequence backwards"),
-        Task("compare", ("digits",), _compare, "relation of two numbers, then the larger one"),
-        Task("parity", ("length",), _parity, "running parity of a bit string"),
-        Task("add", ("digits",), _add, "sum of two numbers"),
-        Task("mod", ("modulus", "op"), _mod, "(a op b) mod p, one token per residue"),
-        Task("sort", ("length", "alphabet"), _sort, "sort the sequence"),
-        Task("mul", ("digits", "digits_b"), _mul, "product of two numbers"),
-    )
-}
-
-
-if tuple(TASKS) != TASK_NAMES:  # the schema's grid validation (stages/params.py) reads the names there
-    raise ImportError(f"stages.config.TASK_NAMES {TASK_NAMES} differs from the tasks {tuple(TASKS)}")
-
-
 def get_task(name: str) -> Task:
+    """The registration of task ``name`` (stages.params.TASKS); an unknown name is a one-line error."""
     return TASKS[choose(name, TASKS, "task")]
+
+
+def layout(task: str, knobs: Knobs) -> Layout:
+    """The layout of ``task`` at the checked ``knobs`` (its knob model, as
+    ``stages.params.task_knobs`` returns it): the output of its generator, the function named after it here."""
+    return globals()[get_task(task).name](knobs)
