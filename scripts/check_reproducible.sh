@@ -10,13 +10,23 @@
 # `runtime.cpu_paths: portable` (native mode computes on the CPU's own paths, whose last bits differ
 # between CPUs; docs/reproducibility.md). Uncommitted changes are not part of the test.
 #
-# Usage: scripts/check_reproducible.sh [--keep]     (--keep: leave the clone for inspection)
+# Usage: scripts/check_reproducible.sh [--keep] [--timed]
+#   --keep: leave the clone for inspection
+#   --timed: run the command's final `dvc repro` under benchmarks/dvc_overhead.py, which prints the
+#            stage commands' time per kind of stage and DVC's bookkeeping per stage
 # Exit status: 0 reproducible, 1 results differ, 2 the command failed or could not be found.
 # It runs the whole pipeline: expect as long as the README says `dvc repro` takes, plus installs.
 set -euo pipefail
 
 keep=0
-[[ "${1:-}" == "--keep" ]] && keep=1
+timed=0
+for arg in "$@"; do
+    case "$arg" in
+        --keep) keep=1 ;;
+        --timed) timed=1 ;;
+        *) echo "error: unknown argument '$arg' (expected --keep, --timed)" >&2; exit 2 ;;
+    esac
+done
 
 repo=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/check-reproducible.XXXXXX")
@@ -39,12 +49,20 @@ mode=${mode:-native}
 lock=()
 [[ "$mode" == "portable" ]] && lock=(--lock)
 echo "runtime.cpu_paths: $mode (dvc.lock compared: $([[ $mode == portable ]] && echo yes || echo no))"
+if [[ $timed == 1 ]]; then
+    [[ "$cmd" == *"&& dvc repro" ]] || { echo "error: --timed needs a main command ending in '&& dvc repro'" >&2; exit 2; }
+    cmd="${cmd%dvc repro}python benchmarks/dvc_overhead.py --log $tmp/repro.log --json $tmp/dvc_overhead.json -- dvc repro"
+fi
 echo "running: $cmd"
+start=$SECONDS
 if ! bash -c "set -e; $cmd" >"$tmp/run.log" 2>&1; then
     echo "FAILED: the main command exited non-zero; last lines of its log:" >&2
     tail -n 40 "$tmp/run.log" >&2
     exit 2
 fi
+
+echo "the main command took $((SECONDS - start)) s (installs included)"
+[[ $timed == 1 ]] && grep -A 30 '^wall ' "$tmp/run.log"
 
 # the clone's own environment (the main command made it) has pandas; this script's python may not
 python=python3
