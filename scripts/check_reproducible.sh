@@ -62,7 +62,9 @@ if ! bash -c "set -e; $cmd" >"$tmp/run.log" 2>&1; then
 fi
 
 echo "the main command took $((SECONDS - start)) s (installs included)"
-[[ $timed == 1 ]] && grep -A 30 '^wall ' "$tmp/run.log"
+if [[ $timed == 1 ]]; then  # (an && list would end the script under set -e when grep finds nothing)
+    grep -A 30 '^wall ' "$tmp/run.log" || echo "no timing in $tmp/run.log" >&2
+fi
 
 # the clone's own environment (the main command made it) has pandas; this script's python may not
 python=python3

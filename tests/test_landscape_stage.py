@@ -189,3 +189,10 @@ def test_a_registered_measure_is_computed_plotted_and_evented(monkeypatch, repo_
     assert events["directions"]["weight_norm"] == "rise" and landscape_events.noise_columns()["weight_norm"] == "wn_noise"
     out = run_measures(frame, events["directions"], None, Rules(), events)
     assert out["weight_norm"]["direction"] == "rise" and out["weight_norm"]["transition_step"] == 1
+
+
+def test_every_registered_measure_has_a_row_function():
+    from stages.measures import landscape_rows
+    from stages.measures.registry import LANDSCAPE
+    for name in LANDSCAPE:
+        assert callable(getattr(landscape_rows, name, None)), name
