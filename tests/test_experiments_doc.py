@@ -44,7 +44,7 @@ def doc_commands(prefix: str) -> list[str]:
     return [line.split("  #")[0].strip() for b in blocks for line in b.splitlines() if line.startswith(prefix)]
 
 
-def project_copy(repo: Path, files=("dvc.yaml", "params.yaml", "metrics/summary.json")) -> None:
+def project_copy(repo: Path, files=("dvc.yaml", "params.yaml", "metrics/summary.json", ".dvcignore")) -> None:
     for name in files:
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, repo / name)

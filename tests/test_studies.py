@@ -190,3 +190,26 @@ def test_paper_study_is_the_papers_grid_and_every_cell_fits():
     assert "train_suite" not in dvc["stages"] and "pythia_measure" in dvc["stages"]
     assert "data/pythia/hub" not in dvc["stages"]["fetch_pythia"].get("deps", [])  # the local suite's output
     assert "data/pythia/accuracy" in dvc["stages"]["events"]["deps"]
+
+
+def test_the_paper_study_is_hidden_from_dvc_until_a_user_opts_in(tmp_path):
+    """.dvcignore hides studies/paper (80% of the project's stages) from every DVC command; the cluster
+    runner says in one line which line to delete, and docs/scale.md's command deletes exactly that line."""
+    from dvc.repo import Repo
+    from stages.cluster.__main__ import repro
+    from stages.cluster.backends import ClusterSpec
+    from stages.errors import PipelineError
+
+    with Repo(str(ROOT)) as repo:
+        assert repo.dvcignore.is_ignored(repo.fs, str(ROOT / "studies" / "paper" / "dvc.yaml"))
+        assert not repo.dvcignore.is_ignored(repo.fs, str(ROOT / "studies" / "scale" / "dvc.yaml"))
+    with pytest.raises(PipelineError, match=r"studies/paper/dvc.yaml is dvc-ignored: delete the line "
+                                            r"'/studies/paper/' from .*\.dvcignore"):
+        repro(ROOT / "studies" / "paper", ClusterSpec(), dry_run=True)
+    doc = (ROOT / "docs" / "scale.md").read_text()
+    opt_in = next(line.split("  #")[0].strip() for line in doc.splitlines() if line.startswith("sed -i") and ".dvcignore" in line)
+    original = (ROOT / ".dvcignore").read_text()
+    (tmp_path / ".dvcignore").write_text(original)
+    subprocess.run(opt_in, shell=True, cwd=tmp_path, check=True)
+    left = (tmp_path / ".dvcignore").read_text().splitlines()
+    assert "/studies/paper/" not in left and len(left) == len(original.splitlines()) - 1

@@ -30,6 +30,7 @@ def repro(root: str | Path, spec: ClusterSpec, targets: list[str] | None = None,
     root = Path(root).resolve()
     if not (root / "dvc.yaml").is_file():
         raise PipelineError(f"missing file: {root / 'dvc.yaml'} (run from the repository root or pass --root)")
+    refuse_ignored(root)
     from stages.config import load_typed_params
 
     load_typed_params(root / "params.yaml")  # a bad params.yaml in one line, before DVC's own messages
@@ -57,6 +58,18 @@ def repro(root: str | Path, spec: ClusterSpec, targets: list[str] | None = None,
         raise PipelineError(f"'dvc status' still lists stage(s) after the run: {', '.join(sorted(left))}")
     progress(f"{len(plan)} stage(s) reproduced in {time.perf_counter() - clock:.1f}s; dvc status is clean")
     return len(plan)
+
+
+def refuse_ignored(root: Path) -> None:
+    """A pipeline folder that the repository's .dvcignore hides from DVC (the paper study, until a user
+    opts in) stops here in one line that says which line to delete, before DVC's own message."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        if repo.dvcignore.is_ignored(repo.fs, str(root / "dvc.yaml")):
+            relative = root.relative_to(repo.root_dir).as_posix()
+            raise PipelineError(f"{relative}/dvc.yaml is dvc-ignored: delete the line '/{relative}/' from "
+                                f"{Path(repo.root_dir) / '.dvcignore'} to run it (docs/scale.md section 4)")
 
 
 def _where(spec: ClusterSpec) -> str:
