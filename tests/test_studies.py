@@ -8,6 +8,7 @@ repository, leaving the root pipeline untouched, after which ``python -m studies
 with the root.
 """
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -132,12 +133,24 @@ matrix:
 """
 
 
+def lock_entries(lock: dict) -> dict:
+    """(stage, section, path) -> entry, over deps and outs."""
+    return {(stage, section, item["path"]): item for stage, body in lock["stages"].items()
+            for section in ("deps", "outs") for item in body.get(section, [])}
+
+
 @pytest.mark.heavy
-def test_toy_study_end_to_end(tmp_path):
+def test_toy_study_end_to_end_serial_and_on_a_cluster(tmp_path):
     """A tiny study (3 cells x 2 sizes, 12 steps) reproduced with ``dvc repro studies/toy/dvc.yaml``
     in a copy of the repository: its outputs land in its own folder, the root pipeline is not run,
-    the cross-scale statistics have a pair of sizes, and studies.diff compares it with the root."""
-    dest = tmp_path / "repo"
+    the cross-scale statistics have a pair of sizes, and studies.diff compares it with the root.
+
+    The same study in a second copy, reproduced by ``python -m stages.cluster repro --root studies/toy
+    --workers 2`` (the smallest DAG that keeps both workers busy with matrix stages, with a fan-in at
+    events): afterwards ``dvc status`` is clean and its dvc.lock holds the serial run's entries with
+    the same hashes, so the pipeline writes no wall-clock time into its outputs. Both runs compute on
+    one thread (the study's ``runtime.threads: 1``; torch's CPU results depend on the thread count)."""
+    dest, parallel = tmp_path / "repo", tmp_path / "parallel"
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
                            text=True, check=True).stdout
     for rel in filter(None, files.split("\0")):
@@ -153,6 +166,8 @@ def test_toy_study_end_to_end(tmp_path):
     _run(["git", "init", "-q"], dest)
     _run(["git", "add", "-A"], dest)
     _run([*git, "commit", "-q", "-m", "copy"], dest)
+    shutil.copytree(dest, parallel, symlinks=True)
+
     _run([sys.executable, "-m", "dvc", "repro", "studies/toy/dvc.yaml"], dest, timeout=900)
     study = dest / "studies" / "toy"
     assert parse_status(_run([sys.executable, "-m", "dvc", "status", "--json", "studies/toy/dvc.yaml"], dest)) == set()
@@ -169,6 +184,25 @@ def test_toy_study_end_to_end(tmp_path):
     # the root's committed metrics/summary.json on the left, the study's on the right
     out = _run([sys.executable, "-m", "studies.diff", "toy", "--metrics", "--all"], dest)
     assert "metrics/summary.json" in out and "runs" in out and "toy" in out.splitlines()[0]
+
+    cluster = [sys.executable, "-m", "stages.cluster", "repro", "--root", "studies/toy"]
+    proc = subprocess.run([*cluster, "--workers", "2"], cwd=parallel, env={**dvc_env(), "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "dvc status is clean" in proc.stderr, proc.stderr[-3000:]
+    assert parse_status(_run([sys.executable, "-m", "dvc", "status", "--json", "studies/toy/dvc.yaml"], parallel)) == set()
+    lock_s = yaml.safe_load((study / "dvc.lock").read_text())
+    lock_p = yaml.safe_load((parallel / "studies" / "toy" / "dvc.lock").read_text())
+    assert lock_p["schema"] == lock_s["schema"] and set(lock_p["stages"]) == set(lock_s["stages"])
+    for stage, body in lock_s["stages"].items():
+        other = lock_p["stages"][stage]
+        assert set(other) == set(body) and other["cmd"] == body["cmd"] and other.get("params") == body.get("params"), stage
+    es, ep = lock_entries(lock_s), lock_entries(lock_p)
+    assert set(es) == set(ep)
+    differing = sorted(key for key in es if es[key] != ep[key])
+    assert not differing, f"dvc.lock entries differ from the serial run: {differing}"
+    assert not list((parallel / "studies" / "toy" / "data").rglob(".gitignore"))
+    again = subprocess.run(cluster, cwd=parallel, env={**dvc_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert again.returncode == 0 and "nothing to reproduce" in again.stderr, again.stderr[-2000:]
 
 
 def test_paper_study_is_the_papers_grid_and_every_cell_fits():
