@@ -113,29 +113,6 @@ def stage_module(cmd: str) -> str | None:
     return None
 
 
-def stages() -> dict:
-    return yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-
-
-def dep_paths(stage: dict) -> list[str]:
-    return [d if isinstance(d, str) else next(iter(d)) for d in stage.get("deps", [])]
-
-
-def missing_deps(name: str) -> list[str]:
-    stage = stages()[name]
-    module = stage_module(stage["cmd"])
-    deps = dep_paths(stage)
-    needed = {module_file(m).relative_to(ROOT).as_posix() for m in closure(module) if needs_dep(m)}
-    return sorted(p for p in needed if not covered(p, deps))
-
-
-def stage_module(cmd: str) -> str | None:
-    words = shlex.split(cmd)
-    if "-m" in words and words[words.index("-m") + 1].startswith(f"{PACKAGE}."):
-        return words[words.index("-m") + 1]
-    return None
-
-
 def stages(text: str | None = None) -> dict:
     return yaml.safe_load(text if text is not None else (ROOT / "dvc.yaml").read_text())["stages"]
 
