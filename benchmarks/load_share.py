@@ -4,6 +4,7 @@ passive waiting every stage now sets (stages/runtime.py: ``OMP_WAIT_POLICY=PASSI
 
     python benchmarks/load_share.py [--preset p405k] [--task copy --level easy] [--steps 20]
                                     [--rounds 2] [--competitors 0 1 2] [--params params.yaml]
+                                    [--spincounts 3000 30000]   # more variants: GOMP_SPINCOUNT=N
 
 Each measurement is a child process (OpenMP reads its waiting policy when it loads) that times
 ``--steps`` training updates of ``--preset`` on ``--task/--level``'s sequences at ``runtime.threads``
@@ -60,9 +61,9 @@ def child(args) -> None:
     print(json.dumps({"median_s": statistics.median(times), "threads": params.runtime.threads}))
 
 
-def measure(variant: str, competitors: int, args) -> dict:
+def measure(variant: str, competitors: int, args, variants=VARIANTS) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in CLEARED}
-    env.update(VARIANTS[variant])
+    env.update(variants[variant])
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(competitors)]
     try:
         out = subprocess.run([sys.executable, __file__, "--child", "--preset", args.preset, "--task", args.task,
@@ -84,29 +85,33 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--competitors", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--spincounts", type=int, nargs="*", default=[],
+                        help="also time libgomp's GOMP_SPINCOUNT=N (spin N iterations, then sleep) for each N")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
         return
     loads = sorted(set([0, *args.competitors]))
-    runs = {(v, k): [] for v in VARIANTS for k in loads}
+    variants = {**VARIANTS, **{f"GOMP_SPINCOUNT={n}": {"GOMP_SPINCOUNT": str(n)} for n in args.spincounts}}
+    runs = {(v, k): [] for v in variants for k in loads}
     threads = None
     for _ in range(args.rounds):
         for k in loads:
-            for v in VARIANTS:
-                result = measure(v, k, args)
+            for v in variants:
+                result = measure(v, k, args, variants)
                 runs[v, k].append(result["median_s"])
                 threads = result["threads"]
     cores = os.cpu_count()
     print(f"{args.preset} training step ({args.task}-{args.level}), {threads} threads, {cores} cores; "
           f"median of {args.steps} steps, median over {args.rounds} rounds")
-    head = f"{'waiting':<18}" + "".join(f"{f'+{k} ms':>10}" for k in loads)
+    width = max(18, *(len(v) + 1 for v in variants))
+    head = f"{'waiting':<{width}}" + "".join(f"{f'+{k} ms':>10}" for k in loads)
     head += "".join(f"{f'+{k}/idle':>10}" for k in loads if k)
     print(head)
-    for v in VARIANTS:
+    for v in variants:
         ms = {k: statistics.median(runs[v, k]) * 1e3 for k in loads}
-        line = f"{v:<18}" + "".join(f"{ms[k]:>10.1f}" for k in loads)
+        line = f"{v:<{width}}" + "".join(f"{ms[k]:>10.1f}" for k in loads)
         line += "".join(f"{ms[k] / ms[0]:>10.2f}" for k in loads if k)
         print(line)
     fair = "  ".join(f"+{k}: {max(1.0, (k + threads) / cores):.2f}" for k in loads if k)
