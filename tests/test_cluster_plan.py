@@ -189,3 +189,12 @@ def test_external_scheduler_runs_the_plan(monkeypatch, tmp_path):
         with open_client(ClusterSpec(scheduler=cluster.scheduler_address)) as client:
             outcome = execute(plan, client, tmp_path, progress=lambda m: None)
     assert outcome.ok and [d["stages"] for d in outcome.done] == [["a", "b"]]
+
+
+def test_a_folder_outside_any_dvc_repository_is_one_line(tmp_path):
+    (tmp_path / "dvc.yaml").write_text((ROOT / "dvc.yaml").read_text())
+    out = subprocess.run([sys.executable, "-m", "stages.cluster", "repro", "--dry-run", "--root", str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.strip() == (f"error: not a DVC repository: {tmp_path.resolve()} "
+                                  "(run from a clone of the project, or `dvc init` first)"), out.stderr

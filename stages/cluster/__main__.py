@@ -63,9 +63,14 @@ def repro(root: str | Path, spec: ClusterSpec, targets: list[str] | None = None,
 def refuse_ignored(root: Path) -> None:
     """A pipeline folder that the repository's .dvcignore hides from DVC (the paper study, until a user
     opts in) stops here in one line that says which line to delete, before DVC's own message."""
+    from dvc.exceptions import NotDvcRepoError
     from dvc.repo import Repo
 
-    with Repo(str(root)) as repo:
+    try:
+        repo = Repo(str(root))
+    except NotDvcRepoError:
+        raise PipelineError(f"not a DVC repository: {root} (run from a clone of the project, or `dvc init` first)") from None
+    with repo:
         if repo.dvcignore.is_ignored(repo.fs, str(root / "dvc.yaml")):
             relative = root.relative_to(repo.root_dir).as_posix()
             raise PipelineError(f"{relative}/dvc.yaml is dvc-ignored: delete the line '/{relative}/' from "
