@@ -5,6 +5,7 @@ what scripts/dvc_deps.py derives from the imports (nobody maintains them by hand
 import importlib.util
 
 import pytest
+import yaml
 
 from conftest import ROOT
 
@@ -53,3 +54,17 @@ def test_rewrite_replaces_code_deps_and_keeps_data_deps():
     assert deps == dvc_deps.code_deps("stages.pipeline.train") + ["data/datasets/x"]
     assert "stages/pipeline/train.py" in deps and "stages/training/loop.py" in deps and "stages/nothing.py" not in deps
     assert new.endswith("    outs:\n      - data/y\n") and dvc_deps.rewrite(new) == new
+
+
+def test_code_manifest_prototype_rewrites_code_deps_only():
+    """benchmarks/dvc_code_manifests.py (docs/performance.md): a stage's file-by-file code deps become
+    its one manifest, data deps stay, and the code stage that writes the manifests comes first."""
+    spec = importlib.util.spec_from_file_location("dvc_code_manifests", ROOT / "benchmarks" / "dvc_code_manifests.py")
+    proto = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(proto)
+    text = ("stages:\n  train:\n    cmd: python -m stages.pipeline.train\n    deps:\n      - stages/a.py\n"
+            "      - stages/b/c.py\n      - data/x\n    outs:\n      - data/y\n")
+    new = yaml.safe_load(proto.rewrite_dvc_yaml(text, ["train"]))["stages"]
+    assert list(new) == ["code", "train"]
+    assert new["train"]["deps"] == ["data/code/train.json", "data/x"] and new["train"]["outs"] == ["data/y"]
+    assert new["code"]["deps"][0] == "stages" and new["code"]["outs"] == ["data/code/train.json"]
