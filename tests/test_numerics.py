@@ -281,13 +281,18 @@ print("PHASE done", flush=True)
 COMPUTATIONS = {"gpt": UPDATE, "neox-suite": SUITE_UPDATE, "hessian": HVP}
 
 
+def phases(code: str) -> tuple[str, str]:
+    """A computation's setup (imports, pin_threads) and its body (between ``PHASE update`` and ``PHASE done``)."""
+    setup, rest = code.split('print("PHASE update", flush=True)')
+    return setup, rest.split('print("PHASE done"')[0]
+
+
 def gdb_program(computations: dict[str, str]) -> str:
     """One process that runs each computation in turn (``PHASE warm`` and its setup, whose ``pin_threads``
     makes the warm-up calls; then ``PHASE <name>`` and its body), so gdb and torch load once for all."""
     parts = []
     for name, code in computations.items():
-        setup, rest = code.split('print("PHASE update", flush=True)')
-        body = rest.split('print("PHASE done"')[0]
+        setup, body = phases(code)
         parts += ['print("PHASE warm", flush=True)', setup, f'print("PHASE {name}", flush=True)', body]
     return "\n".join(parts + ['print("PHASE done", flush=True)']) + "\n"
 
@@ -335,8 +340,7 @@ def test_no_vector_math_operator_runs(code):
                 seen.append(name)
             return func(*args, **(kwargs or {}))
 
-    setup, rest = code.split('print("PHASE update", flush=True)')
-    body = rest.split('print("PHASE done"')[0]
+    setup, body = phases(code)
     namespace, before = {}, torch.get_num_threads()
     try:
         exec(setup, namespace)  # imports, pin_threads (its warm-up calls each VML function once)

@@ -89,8 +89,12 @@ def test_scale_study_rewrites_paths_for_its_folder():
     assert len(params.grid.tasks) * len(params.grid.levels) >= 8 and len(params.grid.seeds) >= 2
 
 
+def _env() -> dict:
+    return {**dvc_env(), "OMP_NUM_THREADS": "1"}
+
+
 def _run(cmd, cwd, **kw):
-    proc = subprocess.run(cmd, cwd=cwd, env={**dvc_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, **kw)
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, **kw)
     assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -186,7 +190,7 @@ def test_toy_study_end_to_end_serial_and_on_a_cluster(tmp_path):
     assert "metrics/summary.json" in out and "runs" in out and "toy" in out.splitlines()[0]
 
     cluster = [sys.executable, "-m", "stages.cluster", "repro", "--root", "studies/toy"]
-    proc = subprocess.run([*cluster, "--workers", "2"], cwd=parallel, env={**dvc_env(), "OMP_NUM_THREADS": "1"},
+    proc = subprocess.run([*cluster, "--workers", "2"], cwd=parallel, env=_env(),
                           capture_output=True, text=True)
     assert proc.returncode == 0 and "dvc status is clean" in proc.stderr, proc.stderr[-3000:]
     assert parse_status(_run([sys.executable, "-m", "dvc", "status", "--json", "studies/toy/dvc.yaml"], parallel)) == set()
@@ -201,7 +205,7 @@ def test_toy_study_end_to_end_serial_and_on_a_cluster(tmp_path):
     differing = sorted(key for key in es if es[key] != ep[key])
     assert not differing, f"dvc.lock entries differ from the serial run: {differing}"
     assert not list((parallel / "studies" / "toy" / "data").rglob(".gitignore"))
-    again = subprocess.run(cluster, cwd=parallel, env={**dvc_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    again = subprocess.run(cluster, cwd=parallel, env=_env(), capture_output=True, text=True)
     assert again.returncode == 0 and "nothing to reproduce" in again.stderr, again.stderr[-2000:]
 
 
