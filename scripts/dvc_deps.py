@@ -1,19 +1,18 @@
-"""dvc.yaml dependencies derived from the import closure: every project module a stage's script imports
-(transitively) is a dep of that stage, and no other project code is.
+"""dvc.yaml's code dependencies, derived from the imports: every stage that runs
+``python -m stages.pipeline.<name>`` depends on ``data/code/<name>.json``, the md5 manifest of that
+script's import closure (stages/code_manifest.py), and on no ``stages/`` file directly; the stage
+``code`` depends on ``stages`` and writes one manifest per stage script.
 
-    python scripts/dvc_deps.py            # rewrite the code deps of every stage in dvc.yaml
-    python scripts/dvc_deps.py --check    # exit 1 if dvc.yaml's code deps are not what the imports say
+    python scripts/dvc_deps.py            # rewrite the code deps (and the code stage's outs) in dvc.yaml
+    python scripts/dvc_deps.py --check    # exit 1 if dvc.yaml is not what the stage scripts say
 
-Imports are read with ``ast`` (every ``import``/``from ... import`` anywhere in the module, including
-those inside functions). A package's ``__init__.py`` counts only when it does more than hold a
-docstring. Only the ``- <package>/...`` lines of each stage's ``deps:`` are rewritten (sorted, one file
-each); data deps and everything else in dvc.yaml stay as written. tests/test_dvc_deps.py keeps
-dvc.yaml current. After a rewrite, regenerate the study folders: ``python -m studies.generate``.
+Only the ``- stages/...`` lines of each stage's ``deps:`` (and the ``outs:`` of ``code``) are rewritten;
+data deps and everything else in dvc.yaml stay as written. tests/test_dvc_deps.py keeps dvc.yaml
+current. After a rewrite, regenerate the study folders: ``python -m studies.generate``.
 """
 from __future__ import annotations
 
 import argparse
-import ast
 import re
 import shlex
 import sys
@@ -22,91 +21,13 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = "stages"
+sys.path.insert(0, str(ROOT))
 
-
-def module_file(name: str) -> Path | None:
-    """The source file of project module ``name`` (``a.b`` -> a/b.py or a/b/__init__.py), or None."""
-    base = ROOT.joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _package_of(name: str, path: Path) -> str:
-    return name if path.name == "__init__.py" else name.rpartition(".")[0]
-
-
-def imported_modules(name: str) -> set[str]:
-    """Project modules that importing ``name`` imports directly (parent packages included)."""
-    path = module_file(name)
-    found: set[str] = set()
-
-    def add(module: str) -> None:
-        parts = module.split(".")
-        if parts[0] != PACKAGE:
-            return
-        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__, a/b/__init__ first
-            if module_file(".".join(parts[:i])):
-                found.add(".".join(parts[:i]))
-
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                add(alias.name)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                package = _package_of(name, path).split(".")
-                base = ".".join(package[:len(package) - node.level + 1])
-                module = f"{base}.{node.module}" if node.module else base
-            else:
-                module = node.module
-            add(module)
-            for alias in node.names:  # ``from stages import paths``: paths may be a submodule
-                if module_file(f"{module}.{alias.name}"):
-                    add(f"{module}.{alias.name}")
-    for parent in _parents(name):
-        add(parent)
-    found.discard(name)
-    return found
-
-
-def _parents(name: str) -> list[str]:
-    parts = name.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def closure(name: str) -> set[str]:
-    """``name`` and every project module it imports, transitively."""
-    seen, todo = set(), [name]
-    while todo:
-        module = todo.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        todo.extend(imported_modules(module) - seen)
-    return seen
-
-
-def needs_dep(module: str) -> bool:
-    """A package ``__init__.py`` holding only a docstring changes nothing a stage computes."""
-    path = module_file(module)
-    if path.name != "__init__.py":
-        return True
-    body = ast.parse(path.read_text()).body
-    return any(not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in body)
-
-
-def covered(path: str, deps: list[str]) -> bool:
-    for dep in deps:
-        dep = dep.rstrip("/")
-        if path == dep or path.startswith(dep + "/"):
-            return True
-    return False
+from stages.code_manifest import PACKAGE, PIPELINE, SELF, manifest_file, stage_scripts  # noqa: E402
 
 
 def stage_module(cmd: str) -> str | None:
+    """The project module a stage command runs with ``python -m``, or None."""
     words = shlex.split(cmd)
     if "-m" in words and words[words.index("-m") + 1].startswith(f"{PACKAGE}."):
         return words[words.index("-m") + 1]
@@ -121,25 +42,38 @@ def dep_paths(stage: dict) -> list[str]:
     return [d if isinstance(d, str) else next(iter(d)) for d in stage.get("deps", [])]
 
 
-def code_deps(module: str) -> list[str]:
-    """The source files of ``module``'s import closure that a stage depends on, sorted."""
-    return sorted(module_file(m).relative_to(ROOT).as_posix() for m in closure(module) if needs_dep(m))
+def script_of(name: str, stage: dict) -> str | None:
+    """The stage script (``stages/pipeline/<script>.py``) stage ``name`` runs, or None for a command
+    that runs no project module. A project module outside ``stages.pipeline`` has no manifest: an error."""
+    module = stage_module(stage["cmd"])
+    if module is None:
+        return None
+    package, _, script = module.rpartition(".")
+    if package != PIPELINE:
+        sys.exit(f"error: dvc.yaml stage '{name}' runs {module}: a stage script must be {PIPELINE}.<name>")
+    return script
 
 
-def missing_deps(name: str) -> list[str]:
-    stage = stages()[name]
-    deps = dep_paths(stage)
-    return [p for p in code_deps(stage_module(stage["cmd"])) if not covered(p, deps)]
+def manifest_dep(script: str) -> str:
+    return manifest_file(script).as_posix()
 
 
 _STAGE = re.compile(r"^  (\S[^:]*):\s*$")
 _DEPS = re.compile(r"^    deps:\s*$")
+_OUTS = re.compile(r"^    outs:\s*$")
 _ITEM = re.compile(r"^      - (\S.*?)\s*$")
 
 
+def _is_code(item: str) -> bool:
+    """A dependency the manifest stands for: project source, or a manifest itself."""
+    item = item.rstrip("/")
+    return item.split("/")[0] == PACKAGE or item.startswith(manifest_dep("").rpartition("/")[0] + "/")
+
+
 def rewrite(text: str) -> str:
-    """``text`` (dvc.yaml) with each stage's project-code deps replaced by :func:`code_deps`, first in
-    its ``deps:`` list, before the data deps it keeps in their order."""
+    """``text`` (dvc.yaml) with each stage's ``stages/...`` deps replaced by its script's manifest,
+    first in its ``deps:`` list before the data deps it keeps in their order, and the ``outs:`` of the
+    stage ``code`` replaced by one manifest per stage script."""
     spec = stages(text)
     lines, out, i = text.split("\n"), [], 0
     current = None
@@ -149,19 +83,20 @@ def rewrite(text: str) -> str:
             current = m.group(1)
         out.append(line)
         i += 1
-        if not (current and _DEPS.match(line)):
+        if not current or not (_DEPS.match(line) or _OUTS.match(line)):
             continue
-        module = stage_module(spec[current]["cmd"])
+        script = script_of(current, spec[current])
         block = []
         while i < len(lines) and (_ITEM.match(lines[i]) or lines[i].startswith("          ")):
             block.append(lines[i])
             i += 1
-        if module is None:
-            out.extend(block)
-            continue
-        kept = [b for b in block if not (_ITEM.match(b) and _ITEM.match(b).group(1).rstrip("/").split("/")[0] == PACKAGE)]
-        out.extend(f"      - {path}" for path in code_deps(module))
-        out.extend(kept)
+        if script is None or (script == SELF) == bool(_DEPS.match(line)):
+            out.extend(block)  # no project module; or the code stage's deps; or another stage's outs
+        elif script == SELF:
+            out.extend(f"      - {manifest_dep(s)}" for s in stage_scripts())
+        else:
+            out.append(f"      - {manifest_dep(script)}")
+            out.extend(b for b in block if not (_ITEM.match(b) and _is_code(_ITEM.match(b).group(1))))
     return "\n".join(out)
 
 
@@ -176,7 +111,7 @@ def main(argv=None) -> int:
     if new == text:
         return 0
     if args.check:
-        print(f"error: {path}'s code deps differ from the stages' imports: python scripts/dvc_deps.py", file=sys.stderr)
+        print(f"error: {path}'s code deps differ from the stage scripts: python scripts/dvc_deps.py", file=sys.stderr)
         return 1
     path.write_text(new)
     print(f"{path}: code deps rewritten (now regenerate the studies: python -m studies.generate)")

@@ -33,7 +33,8 @@ def test_everything_stale_orders_upstream_first(repo_dag):
     assert sorted(plan.order) == sorted(nodes)
     pos = {s: i for i, s in enumerate(plan.order)}
     assert all(pos[u] < pos[d] for u, d in edges)
-    assert plan.upstream["measure@mod-easy-p405k-0"] == ["train@mod-easy-p405k-0", "extract@mod-easy-p405k-0"]
+    assert plan.upstream["measure@mod-easy-p405k-0"] == ["code", "train@mod-easy-p405k-0", "extract@mod-easy-p405k-0"]
+    assert plan.order[0] == "code"  # every stage depends on its code manifest
 
 
 def _reach(start, edges, forward=True):
@@ -64,7 +65,7 @@ def test_targets_limit_to_ancestors(repo_dag):
     nodes, edges = repo_dag
     plan = build_plan(nodes, edges, set(nodes), targets=["measure@copy-easy-p405k-0"])
     assert set(plan.order) == _reach({"measure@copy-easy-p405k-0"}, edges, forward=False)
-    assert plan.order[0] == "generate@copy-easy" and plan.order[-1] == "measure@copy-easy-p405k-0"
+    assert plan.order[:2] == ["code", "generate@copy-easy"] and plan.order[-1] == "measure@copy-easy-p405k-0"
     assert len(build_plan(nodes, edges, {"generate@mul-hard"}, targets=["events"])) == 0
     with pytest.raises(PipelineError, match="unknown stage 'nope'"):
         build_plan(nodes, edges, set(), targets=["nope"])
@@ -76,8 +77,8 @@ def test_chains_of_the_default_grid(repo_dag):
     tasks = task_graph(plan)
     assert sorted(s for g, _ in tasks for s in g) == sorted(plan.order)  # a partition
     assert tasks[-1][0] == ["events"] and len(tasks) < len(plan.order)
-    first = tasks[0][0]
-    assert first == ["generate@copy-easy"]  # it feeds three seeds' runs: no chain, so they run in parallel
+    assert tasks[0][0] == ["code"]  # it feeds every stage
+    assert tasks[1][0] == ["generate@copy-easy"]  # it feeds three seeds' runs: no chain, so they run in parallel
     where = {s: i for i, (g, _) in enumerate(tasks) for s in g}
     for i, (group, after) in enumerate(tasks):  # every upstream stage is in an earlier task or earlier in the chain
         for k, s in enumerate(group):

@@ -1,25 +1,31 @@
-"""Every project module a stage imports (transitively, through project imports) is a dvc.yaml dep of
-that stage, so editing shared code makes DVC rerun the stages that use it; and the deps are exactly
-what scripts/dvc_deps.py derives from the imports (nobody maintains them by hand).
+"""Every stage depends on the md5 manifest of its script's import closure (stages/code_manifest.py),
+written by the stage ``code``, so editing shared code makes DVC rerun exactly the stages that use it;
+dvc.yaml's code deps are what scripts/dvc_deps.py derives (nobody maintains them by hand).
 """
+import hashlib
 import importlib.util
+import json
+import shutil
+import subprocess
+import sys
 
 import pytest
-import yaml
 
 from conftest import ROOT
+from stages.cluster.dag import dvc_env
+from stages.code_manifest import closure, code_deps, manifest, manifest_text, module_file, needs_dep, stage_scripts
 
 spec = importlib.util.spec_from_file_location("dvc_deps", ROOT / "scripts" / "dvc_deps.py")
 dvc_deps = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(dvc_deps)
-closure, covered, needs_dep, missing_deps = dvc_deps.closure, dvc_deps.covered, dvc_deps.needs_dep, dvc_deps.missing_deps
-stages, stage_module, module_file = dvc_deps.stages, dvc_deps.stage_module, dvc_deps.module_file
+stages, stage_module = dvc_deps.stages, dvc_deps.stage_module
 
-STAGES = sorted(n for n, s in stages().items() if stage_module(s["cmd"]))
+STAGES = sorted(n for n, s in stages().items() if stage_module(s["cmd"]) and n != "code")
 
 
-def test_every_stage_runs_a_project_module():
+def test_every_stage_runs_a_stage_script():
     assert STAGES and all(module_file(stage_module(stages()[n]["cmd"])) for n in STAGES)
+    assert {stage_module(stages()[n]["cmd"]).rpartition(".")[2] for n in STAGES} == set(stage_scripts())
 
 
 def test_dvc_yaml_deps_are_derived_from_the_imports():
@@ -28,9 +34,18 @@ def test_dvc_yaml_deps_are_derived_from_the_imports():
 
 
 @pytest.mark.parametrize("name", STAGES)
-def test_stage_deps_cover_its_imports(name):
-    missing = missing_deps(name)
-    assert not missing, f"dvc.yaml stage '{name}' imports project code its deps do not cover: {', '.join(missing)}"
+def test_stage_depends_on_its_manifest_and_on_no_source_file(name):
+    script = stage_module(stages()[name]["cmd"]).rpartition(".")[2]
+    deps = dvc_deps.dep_paths(stages()[name])
+    assert deps[0] == f"data/code/{script}.json"
+    assert not [d for d in deps if d.split("/")[0] == "stages"]
+
+
+def test_the_code_stage_depends_on_all_source_and_writes_every_manifest():
+    code = stages()["code"]
+    assert dvc_deps.dep_paths(code) == ["stages"]
+    assert code["outs"] == [f"data/code/{s}.json" for s in stage_scripts()]
+    assert list(stages())[0] == "code"
 
 
 def test_the_import_walk_finds_what_it_must():
@@ -40,31 +55,76 @@ def test_the_import_walk_finds_what_it_must():
             "stages.models", "stages.models.gpt", "stages.config", "stages.errors", "stages.paths"} <= found
     # imports inside functions count (events imports its figures lazily in main)
     assert "stages.analysis.figures" in closure("stages.pipeline.events")
-    assert covered("stages/training/loop.py", ["stages/training"])
-    assert not covered("stages/trainingx/loop.py", ["stages/training"])
-    assert not covered("stages/config.py", ["stages/pipeline/train.py", "data/datasets/x"])
     assert needs_dep("stages.models") and not needs_dep("stages.training")
+    assert "stages/code_manifest.py" not in code_deps("stages.pipeline.train")
 
 
-def test_rewrite_replaces_code_deps_and_keeps_data_deps():
-    text = ("stages:\n  train:\n    cmd: python -m stages.pipeline.train\n    deps:\n      - stages/nothing.py\n"
-            "      - stages/training\n      - data/datasets/x\n    outs:\n      - data/y\n")
+def test_a_manifest_is_the_md5_of_each_file_of_the_closure():
+    got = json.loads(manifest_text("train"))
+    assert got == manifest("train") and list(got) == code_deps("stages.pipeline.train")
+    assert got["stages/models/gpt.py"] == hashlib.md5((ROOT / "stages/models/gpt.py").read_bytes()).hexdigest()
+    # which stages an edit reruns: the verdict rules only reach events; the model reaches every stage that runs it
+    assert [s for s in stage_scripts() if "stages/analysis/verdicts.py" in manifest(s)] == ["events"]
+    assert {"train", "extract", "landscape"} <= {s for s in stage_scripts() if "stages/models/gpt.py" in manifest(s)}
+
+
+def test_rewrite_replaces_code_deps_keeps_data_deps_and_lists_the_manifests():
+    text = ("stages:\n  code:\n    cmd: python -m stages.pipeline.code\n    deps:\n      - stages\n    outs:\n"
+            "      - data/code/old.json\n  train:\n    cmd: python -m stages.pipeline.train\n    deps:\n"
+            "      - stages/nothing.py\n      - stages/training\n      - data/datasets/x\n    outs:\n      - data/y\n")
     new = dvc_deps.rewrite(text)
-    deps = dvc_deps.dep_paths(stages(new)["train"])
-    assert deps == dvc_deps.code_deps("stages.pipeline.train") + ["data/datasets/x"]
-    assert "stages/pipeline/train.py" in deps and "stages/training/loop.py" in deps and "stages/nothing.py" not in deps
-    assert new.endswith("    outs:\n      - data/y\n") and dvc_deps.rewrite(new) == new
+    assert dvc_deps.dep_paths(stages(new)["train"]) == ["data/code/train.json", "data/datasets/x"]
+    assert stages(new)["train"]["outs"] == ["data/y"]
+    assert stages(new)["code"] == {"cmd": "python -m stages.pipeline.code", "deps": ["stages"],
+                                   "outs": [f"data/code/{s}.json" for s in stage_scripts()]}
+    assert dvc_deps.rewrite(new) == new
 
 
-def test_code_manifest_prototype_rewrites_code_deps_only():
-    """benchmarks/dvc_code_manifests.py (docs/performance.md): a stage's file-by-file code deps become
-    its one manifest, data deps stay, and the code stage that writes the manifests comes first."""
-    spec = importlib.util.spec_from_file_location("dvc_code_manifests", ROOT / "benchmarks" / "dvc_code_manifests.py")
-    proto = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(proto)
-    text = ("stages:\n  train:\n    cmd: python -m stages.pipeline.train\n    deps:\n      - stages/a.py\n"
-            "      - stages/b/c.py\n      - data/x\n    outs:\n      - data/y\n")
-    new = yaml.safe_load(proto.rewrite_dvc_yaml(text, ["train"]))["stages"]
-    assert list(new) == ["code", "train"]
-    assert new["train"]["deps"] == ["data/code/train.json", "data/x"] and new["train"]["outs"] == ["data/y"]
-    assert new["code"]["deps"][0] == "stages" and new["code"]["outs"] == ["data/code/train.json"]
+def test_a_stage_running_another_module_is_a_one_line_error():
+    text = "stages:\n  odd:\n    cmd: python -m stages.runtime\n    deps:\n      - stages/runtime.py\n"
+    with pytest.raises(SystemExit, match="dvc.yaml stage 'odd' runs stages.runtime: a stage script must be stages.pipeline.<name>"):
+        dvc_deps.rewrite(text)
+
+
+def test_the_code_stage_writes_the_manifests(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "stages.pipeline.code"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    written = sorted(p.name for p in (tmp_path / "data" / "code").iterdir())
+    assert written == [f"{s}.json" for s in stage_scripts()]
+    assert all((tmp_path / "data" / "code" / f"{s}.json").read_text() == manifest_text(s) for s in stage_scripts())
+    assert "torch" not in done.stdout + done.stderr
+
+
+@pytest.mark.heavy
+def test_dvc_reruns_only_the_stages_whose_code_changed(tmp_path):
+    """In a copy of the repository: after ``dvc repro code`` and an edit of the verdict rules, rerunning
+    ``code`` changes exactly one manifest, and DVC finds changed code deps only at ``events``."""
+    dest = tmp_path / "repo"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    for f in files:
+        if (ROOT / f).is_file() and not f.startswith("studies/"):
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, dest / f)
+    env = {**dvc_env(), "PYTHONPATH": str(dest)}
+
+    def run(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=dest, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    run("repro", "--single-item", "code")
+    before = {s: (dest / "data/code" / f"{s}.json").read_text() for s in stage_scripts()}
+    verdicts = dest / "stages/analysis/verdicts.py"
+    verdicts.write_text(verdicts.read_text() + "\n# an edit\n")
+    status = json.loads(run("status", "--json", "code"))
+    assert list(status) == ["code"]
+    run("repro", "--single-item", "code")
+    changed = [s for s in stage_scripts() if (dest / "data/code" / f"{s}.json").read_text() != before[s]]
+    assert changed == ["events"]
+    status = json.loads(run("status", "--json"))
+    code_changed = sorted(name for name, what in status.items()
+                          for entry in what if isinstance(entry, dict) and "data/code/events.json" in entry.get("changed deps", {}))
+    assert code_changed == ["events"]

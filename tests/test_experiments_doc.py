@@ -119,12 +119,12 @@ def test_a_colleague_pulls_instead_of_recomputing(tmp_path):
     sh([dvc, "remote", "add", "-d", "shared", str(remote)], mine)
     sh([git, "add", "-A"], mine)
     sh([git, "commit", "-qm", "outputs and remote"], mine)
-    sh([dvc, "push", "generate"], mine)
+    sh([dvc, "push", "--with-deps", "generate"], mine)
     sh([git, "clone", "-q", str(mine), str(theirs)], tmp_path)
     assert not (theirs / "data").exists()
     before = sh([dvc, "status", "generate"], theirs)
     assert "not in cache" in before  # a fresh clone: every output missing
-    sh([dvc, "pull", "generate"], theirs)  # the stage that ran here; `dvc pull` when every stage has
+    sh([dvc, "pull", "--with-deps", "generate"], theirs)  # the stages that ran here (code, generate); `dvc pull` when every stage has
     assert (theirs / "data" / "datasets" / "copy-easy" / "test.parquet").read_bytes() == built
     assert "up to date" in sh([dvc, "status", "generate"], theirs)
     again = sh([dvc, "repro", "generate"], theirs)

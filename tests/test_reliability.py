@@ -215,6 +215,7 @@ def test_no_params_value_reaches_a_shell(tmp_path, repo_params):
     repo = tmp_path / "repo"
     repo.mkdir()
     make_repo_copy(repo, repo_params)
+    assert run_dvc(repo, "repro", "--single-item", "code").returncode == 0  # the code manifests every stage depends on
     for key, values, stage, deps in HOSTILE:
         subprocess.run(["git", "checkout", "-q", "--", "params.yaml"], cwd=repo, check=True)
         for dep in deps:

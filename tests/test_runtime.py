@@ -129,8 +129,12 @@ def test_the_stage_entry_sets_threads_after_params_and_before_the_work(workdir, 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_dvc_tracks_runtime(stage):
+    from stages.code_manifest import manifest
+
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"][stage]
-    assert "runtime" in spec["params"] and "stages/runtime.py" in spec["deps"]
+    script = spec["cmd"].rpartition(".")[2]
+    assert "runtime" in spec["params"] and f"data/code/{script}.json" in spec["deps"]
+    assert "stages/runtime.py" in manifest(script)
 
 
 @pytest.mark.parametrize("landscape_threads,expected", [(0, 2), (1, 1)])

@@ -56,7 +56,7 @@ def test_bad_spec_is_one_line(tmp_path, monkeypatch, capsys):
     assert gen.main(["x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: studies/x/study.yaml: 'stages' names unknown stage(s) nope (the root dvc.yaml "
-                          "has: generate, train, ") and err.count("\n") == 1
+                          "has: code, generate, train, ") and err.count("\n") == 1
     (folder / "study.yaml").write_text("stages: [generate]\nparams: {grid.tasks.x: 1}\n")
     assert gen.main(["x"]) == 2
     assert "'params.grid.tasks.x' names no section of the root params.yaml" in capsys.readouterr().err
@@ -67,7 +67,8 @@ def test_scale_study_rewrites_paths_for_its_folder():
     dvc = yaml.safe_load((folder / "dvc.yaml").read_text())
     root = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     spec = yaml.safe_load((folder / "study.yaml").read_text())
-    assert list(dvc["stages"]) == [s for s in root["stages"] if s in spec["stages"]]  # the root's order
+    assert list(dvc["stages"]) == [s for s in root["stages"] if s in spec["stages"] or s == "code"]  # the root's order
+    assert "code" not in spec["stages"] and dvc["stages"]["code"]["deps"] == ["../../stages"]  # always kept
     assert {"train", "events", "landscape", "plot_pages"} <= set(dvc["stages"]) and "fetch_pythia" not in dvc["stages"]
     for name, stage in dvc["stages"].items():
         assert stage["cmd"] == "PYTHONPATH=../.. " + root["stages"][name]["cmd"]
