@@ -10,7 +10,9 @@ the command's wall time is DVC: its start-up, reading ``dvc.yaml``, ``params.yam
 ``dvc.lock``, hashing dependencies and outputs, and rewriting ``dvc.lock`` after each stage.
 
 Prints the wall time, the stage commands' time per kind of stage, and DVC's share: in total and
-per stage that ran. Meaningful for a serial ``dvc repro`` (one stage at a time); the command's own
+per stage that ran; then where DVC spent it: its start-up (before the first stage) and, per kind of
+stage, the median time between a stage's exit and the next stage's start (recording the stage: hashing
+and caching its outputs, rewriting dvc.lock; then checking the next). Meaningful for a serial ``dvc repro`` (one stage at a time); the command's own
 output goes to ``--log`` (default: discarded).
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,7 +44,7 @@ if "-m" in _argv and any(a.startswith("stages.pipeline.") for a in _argv):
 '''
 
 
-def run(command: list[str], cwd: Path, log: str | None) -> tuple[float, list[dict]]:
+def run(command: list[str], cwd: Path, log: str | None) -> tuple[float, list[dict], float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
         records = Path(tmp) / "stages.jsonl"
@@ -49,19 +52,29 @@ def run(command: list[str], cwd: Path, log: str | None) -> tuple[float, list[dic
                "PYTHONPATH": os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")]))}
         out = open(log, "w") if log else subprocess.DEVNULL
         try:
-            clock = time.perf_counter()
+            clock, began = time.perf_counter(), time.time()
             proc = subprocess.run(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
-            wall = time.perf_counter() - clock
+            wall, ended = time.perf_counter() - clock, time.time()
         finally:
             if log:
                 out.close()
         if proc.returncode != 0:
             sys.exit(f"error: {' '.join(command)} exited {proc.returncode}" + (f" (log: {log})" if log else ""))
         rows = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []
-    return wall, rows
+    return wall, rows, began, ended
 
 
-def report(wall: float, rows: list[dict]) -> dict:
+def dvc_gaps(rows: list[dict], began: float, ended: float) -> tuple[float, dict[str, list[float]]]:
+    """DVC's time before the first stage, and per kind of stage the times from each stage's exit to the
+    next stage's start (or the command's end), for a serial run."""
+    rows = sorted(rows, key=lambda r: r["start"])
+    after = collections.defaultdict(list)
+    for r, nxt in zip(rows, rows[1:] + [{"start": ended}]):
+        after[r["kind"]].append(nxt["start"] - r["end"])
+    return (rows[0]["start"] - began if rows else ended - began), dict(after)
+
+
+def report(wall: float, rows: list[dict], began: float | None = None, ended: float | None = None) -> dict:
     per_kind = collections.defaultdict(lambda: [0, 0.0])
     for r in rows:
         per_kind[r["kind"]][0] += 1
@@ -71,10 +84,14 @@ def report(wall: float, rows: list[dict]) -> dict:
     dvc = wall - commands
     print(f"wall {wall:.1f} s; {n} stage command(s) {commands:.1f} s; DVC {dvc:.1f} s "
           f"({dvc / wall:.1%} of the wall time)" + (f", {dvc / n:.2f} s per stage" if n else ""))
-    print("| stage | runs | command seconds |\n|---|---|---|")
+    startup, after = dvc_gaps(rows, began, ended) if began is not None else (None, {})
+    if startup is not None:
+        print(f"DVC before the first stage: {startup:.1f} s")
+    print("| stage | runs | command seconds | DVC after one (median s) |\n|---|---|---|---|")
     for kind, (count, seconds) in sorted(per_kind.items(), key=lambda kv: -kv[1][1]):
-        print(f"| {kind} | {count} | {seconds:.1f} |")
-    return {"wall_s": wall, "stages": n, "commands_s": commands, "dvc_s": dvc,
+        gap = f"{statistics.median(after[kind]):.2f}" if after.get(kind) else "-"
+        print(f"| {kind} | {count} | {seconds:.1f} | {gap} |")
+    return {"dvc_startup_s": startup, "dvc_after_s": after,"wall_s": wall, "stages": n, "commands_s": commands, "dvc_s": dvc,
             "dvc_per_stage_s": dvc / n if n else None,
             "per_kind": {k: {"runs": c, "seconds": s} for k, (c, s) in per_kind.items()}}
 

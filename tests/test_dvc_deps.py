@@ -128,3 +128,15 @@ def test_dvc_reruns_only_the_stages_whose_code_changed(tmp_path):
     code_changed = sorted(name for name, what in status.items()
                           for entry in what if isinstance(entry, dict) and "data/code/events.json" in entry.get("changed deps", {}))
     assert code_changed == ["events"]
+
+
+def test_dvc_overhead_splits_dvc_time_between_stages():
+    """benchmarks/dvc_overhead.py: DVC's start-up is the time before the first stage; each stage is
+    charged the gap from its exit to the next stage's start (the last one, to the command's end)."""
+    spec = importlib.util.spec_from_file_location("dvc_overhead", ROOT / "benchmarks" / "dvc_overhead.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = [{"kind": "train", "start": 13.0, "end": 20.0}, {"kind": "code", "start": 2.0, "end": 3.0},
+            {"kind": "train", "start": 21.5, "end": 30.0}, {"kind": "generate", "start": 5.0, "end": 10.0}]
+    startup, after = bench.dvc_gaps(rows, began=0.0, ended=34.0)
+    assert startup == 2.0 and after == {"code": [2.0], "generate": [3.0], "train": [1.5, 4.0]}
