@@ -12,8 +12,8 @@ the command's wall time is DVC: its start-up, reading ``dvc.yaml``, ``params.yam
 Prints the wall time, the stage commands' time per kind of stage, and DVC's share: in total and
 per stage that ran; then where DVC spent it: its start-up (before the first stage) and, per kind of
 stage, the median time between a stage's exit and the next stage's start (recording the stage: hashing
-and caching its outputs, rewriting dvc.lock; then checking the next). Meaningful for a serial ``dvc repro`` (one stage at a time); the command's own
-output goes to ``--log`` (default: discarded).
+and caching its outputs, rewriting dvc.lock; then checking the next). Meaningful for a serial
+``dvc repro`` (one stage at a time); the command's own output goes to ``--log`` (default: discarded).
 """
 from __future__ import annotations
 
@@ -91,8 +91,8 @@ def report(wall: float, rows: list[dict], began: float | None = None, ended: flo
     for kind, (count, seconds) in sorted(per_kind.items(), key=lambda kv: -kv[1][1]):
         gap = f"{statistics.median(after[kind]):.2f}" if after.get(kind) else "-"
         print(f"| {kind} | {count} | {seconds:.1f} | {gap} |")
-    return {"dvc_startup_s": startup, "dvc_after_s": after,"wall_s": wall, "stages": n, "commands_s": commands, "dvc_s": dvc,
-            "dvc_per_stage_s": dvc / n if n else None,
+    return {"wall_s": wall, "stages": n, "commands_s": commands, "dvc_s": dvc,
+            "dvc_per_stage_s": dvc / n if n else None, "dvc_startup_s": startup, "dvc_after_s": after,
             "per_kind": {k: {"runs": c, "seconds": s} for k, (c, s) in per_kind.items()}}
 
 
