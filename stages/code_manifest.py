@@ -1,10 +1,11 @@
 """Which project source files each stage script runs, as md5 manifests (stage ``code``).
 
 Every stage of dvc.yaml that runs ``python -m stages.pipeline.<name>`` depends on
-``data/code/<name>.json``: the md5 of each source file of that script's import closure. The stage
-``code`` depends on the directory ``stages/`` and rewrites the manifests, so an edit under
-``stages/`` reruns ``code`` (about 2 s) and then exactly the stages whose closure holds the edited
-file, as listing the files one by one would. One dependency per stage instead of about 30 keeps
+``data/code/<name>.json``: for each source file of that script's import closure, the md5 of its code
+(:func:`code_text`: the file without comments, docstrings and blank lines, so editing those reruns no
+stage). The stage ``code`` depends on the directory ``stages/`` and rewrites the manifests, so an edit
+under ``stages/`` reruns ``code`` (about a second) and then exactly the stages whose closure holds code
+the edit changed, as listing the files one by one would. One dependency per stage instead of about 30 keeps
 dvc.lock short, and rewriting dvc.lock after every stage is DVC's main per-stage cost
 (docs/performance.md).
 
@@ -15,8 +16,11 @@ docstring. Reading source only, this imports nothing it lists (no torch): the st
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
+import io
 import json
+import tokenize
 from pathlib import Path
 
 from stages.paths import DATA
@@ -117,9 +121,62 @@ def stage_scripts() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", SELF))
 
 
+def _docstring_lines(tree: ast.Module, lines: list[str]) -> set[int]:
+    """1-based numbers of the lines that hold nothing but a docstring (of the module, a class or a
+    function). A docstring sharing a line with code (``def f(): "doc"``) is left in."""
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) or not node.body:
+            continue
+        doc = node.body[0]
+        if not (isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
+            continue
+        first, last = lines[doc.lineno - 1], lines[doc.end_lineno - 1]
+        before = first.encode()[:doc.col_offset].decode()  # AST columns count UTF-8 bytes
+        after = last.encode()[doc.end_col_offset:].decode()
+        if not before.strip() and not after.strip():
+            found.update(range(doc.lineno, doc.end_lineno + 1))
+    return found
+
+
+def code_text(source: str) -> str:
+    """``source`` without its comments, its docstrings and its blank lines: the lines the interpreter
+    runs, in the file's own characters (so the same on every Python version). Blank lines and spaces
+    inside a string literal are kept: they can reach an output."""
+    lines = source.splitlines()
+    drop = _docstring_lines(ast.parse(source), lines)
+    comments, in_string = {}, set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.start[1]
+        elif tok.start[0] < tok.end[0]:  # a token over several lines: a string (or f-string part)
+            in_string.update(range(tok.start[0] + 1, tok.end[0] + 1))
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        if number in drop:
+            continue
+        if number in comments:
+            line = line[:comments[number]].rstrip()
+        if line.strip() or number in in_string:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def _digest(path: Path, mtime_ns: int, size: int) -> str:
+    return hashlib.md5(code_text(path.read_text()).encode()).hexdigest()
+
+
+def code_digest(path: Path) -> str:
+    """The md5 of :func:`code_text` of the file at ``path`` (computed once per version of the file)."""
+    stat = path.stat()
+    return _digest(path, stat.st_mtime_ns, stat.st_size)
+
+
 def manifest(name: str) -> dict[str, str]:
-    """``{source file: md5}`` of the closure of ``stages.pipeline.<name>``."""
-    return {f: hashlib.md5((ROOT / f).read_bytes()).hexdigest() for f in code_deps(f"{PIPELINE}.{name}")}
+    """``{source file: md5 of its code_text}`` over the closure of ``stages.pipeline.<name>``: an edit
+    of a comment or a docstring changes no manifest, so it reruns no stage."""
+    return {f: code_digest(ROOT / f) for f in code_deps(f"{PIPELINE}.{name}")}
 
 
 def manifest_text(name: str) -> str:

@@ -13,7 +13,8 @@ import pytest
 
 from conftest import ROOT
 from stages.cluster.dag import dvc_env
-from stages.code_manifest import closure, code_deps, manifest, manifest_text, module_file, needs_dep, stage_scripts
+from stages.code_manifest import (closure, code_deps, code_digest, code_text, manifest, manifest_text, module_file,
+                                  needs_dep, stage_scripts)
 
 spec = importlib.util.spec_from_file_location("dvc_deps", ROOT / "scripts" / "dvc_deps.py")
 dvc_deps = importlib.util.module_from_spec(spec)
@@ -62,10 +63,51 @@ def test_the_import_walk_finds_what_it_must():
 def test_a_manifest_is_the_md5_of_each_file_of_the_closure():
     got = json.loads(manifest_text("train"))
     assert got == manifest("train") and list(got) == code_deps("stages.pipeline.train")
-    assert got["stages/models/gpt.py"] == hashlib.md5((ROOT / "stages/models/gpt.py").read_bytes()).hexdigest()
+    gpt = (ROOT / "stages/models/gpt.py").read_text()
+    assert got["stages/models/gpt.py"] == hashlib.md5(code_text(gpt).encode()).hexdigest()
     # which stages an edit reruns: the verdict rules only reach events; the model reaches every stage that runs it
     assert [s for s in stage_scripts() if "stages/analysis/verdicts.py" in manifest(s)] == ["events"]
     assert {"train", "extract", "landscape"} <= {s for s in stage_scripts() if "stages/models/gpt.py" in manifest(s)}
+
+
+SOURCE = '''"""Module doc.
+
+More."""
+import os  # why
+
+X = """a
+
+b  """
+
+
+def f(x):
+    """Doc of f."""
+    # a comment line
+    return x + 1   # trailing
+
+
+class C:
+    """Class doc."""
+
+    def g(self): "inline doc"; return 2
+'''
+
+
+def test_code_text_drops_comments_docstrings_and_blank_lines_but_nothing_in_a_string():
+    assert code_text(SOURCE) == ('import os\nX = """a\n\nb  """\ndef f(x):\n    return x + 1\nclass C:\n'
+                                 '    def g(self): "inline doc"; return 2\n')
+
+
+def test_a_comment_or_docstring_edit_keeps_the_digest_and_a_code_edit_changes_it(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(SOURCE)
+    before = code_digest(path)
+    for old, new in [("# why", "# because"), ("Doc of f.", "What f does,\n    over two lines."), ("\n\n\nclass", "\nclass")]:
+        path.write_text(SOURCE.replace(old, new))
+        assert code_digest(path) == before, new
+    for old, new in [("x + 1", "x + 2"), ("b  ", "b "), ("a\n\nb", "a\nb"), ("inline doc", "inline")]:
+        path.write_text(SOURCE.replace(old, new))
+        assert code_digest(path) != before, new
 
 
 def test_rewrite_replaces_code_deps_keeps_data_deps_and_lists_the_manifests():
@@ -98,8 +140,10 @@ def test_the_code_stage_writes_the_manifests(tmp_path):
 
 @pytest.mark.heavy
 def test_dvc_reruns_only_the_stages_whose_code_changed(tmp_path):
-    """In a copy of the repository: after ``dvc repro code`` and an edit of the verdict rules, rerunning
-    ``code`` changes exactly one manifest, and DVC finds changed code deps only at ``events``."""
+    """In a copy of the repository, after ``dvc repro code``: an edit of comments and docstrings in
+    stages/numerics.py (which every stage imports) reruns ``code`` and changes no manifest; an edit of
+    the verdict rules' code changes exactly one manifest, and DVC finds changed code deps only at
+    ``events``."""
     dest = tmp_path / "repo"
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.split()
@@ -117,10 +161,16 @@ def test_dvc_reruns_only_the_stages_whose_code_changed(tmp_path):
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     run("repro", "--single-item", "code")
     before = {s: (dest / "data/code" / f"{s}.json").read_text() for s in stage_scripts()}
+    numerics = dest / "stages/numerics.py"
+    text = numerics.read_text()
+    first, _, rest = text.partition("\n")
+    numerics.write_text(first + " Edited.\n" + rest + "\n# an edited comment\n")  # the module docstring's first line
+    assert list(json.loads(run("status", "--json", "code"))) == ["code"]
+    run("repro", "--single-item", "code")
+    assert all((dest / "data/code" / f"{s}.json").read_text() == before[s] for s in stage_scripts())
     verdicts = dest / "stages/analysis/verdicts.py"
-    verdicts.write_text(verdicts.read_text() + "\n# an edit\n")
-    status = json.loads(run("status", "--json", "code"))
-    assert list(status) == ["code"]
+    verdicts.write_text(verdicts.read_text() + "\n_AN_EDIT = 1\n")
+    assert list(json.loads(run("status", "--json", "code"))) == ["code"]
     run("repro", "--single-item", "code")
     changed = [s for s in stage_scripts() if (dest / "data/code" / f"{s}.json").read_text() != before[s]]
     assert changed == ["events"]
