@@ -23,7 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from stages.code_manifest import PACKAGE, PIPELINE, SELF, manifest_file, stage_scripts  # noqa: E402
+from stages.code_manifest import MANIFESTS, PACKAGE, PIPELINE, SELF, manifest_file, stage_scripts  # noqa: E402
 
 
 def stage_module(cmd: str) -> str | None:
@@ -67,7 +67,7 @@ _ITEM = re.compile(r"^      - (\S.*?)\s*$")
 def _is_code(item: str) -> bool:
     """A dependency the manifest stands for: project source, or a manifest itself."""
     item = item.rstrip("/")
-    return item.split("/")[0] == PACKAGE or item.startswith(manifest_dep("").rpartition("/")[0] + "/")
+    return item.split("/")[0] == PACKAGE or item.startswith(f"{MANIFESTS.as_posix()}/")
 
 
 def rewrite(text: str) -> str:
@@ -90,13 +90,14 @@ def rewrite(text: str) -> str:
         while i < len(lines) and (_ITEM.match(lines[i]) or lines[i].startswith("          ")):
             block.append(lines[i])
             i += 1
-        if script is None or (script == SELF) == bool(_DEPS.match(line)):
-            out.extend(block)  # no project module; or the code stage's deps; or another stage's outs
-        elif script == SELF:
+        deps = bool(_DEPS.match(line))
+        if script == SELF and not deps:  # the code stage writes every manifest
             out.extend(f"      - {manifest_dep(s)}" for s in stage_scripts())
-        else:
+        elif script not in (None, SELF) and deps:  # another stage reads its own
             out.append(f"      - {manifest_dep(script)}")
             out.extend(b for b in block if not (_ITEM.match(b) and _is_code(_ITEM.match(b).group(1))))
+        else:
+            out.extend(block)
     return "\n".join(out)
 
 

@@ -29,11 +29,22 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "stages"
 PIPELINE = f"{PACKAGE}.pipeline"
 SELF = "code"  # this stage's own module; it depends on the whole directory, not on a manifest
+MANIFESTS = DATA / "code"  # relative to the pipeline's folder
 
 
 def manifest_file(script: str) -> Path:
-    """Where the manifest of stage script ``script`` goes (relative to the pipeline's folder)."""
-    return DATA / "code" / f"{script}.json"
+    """Where the manifest of stage script ``script`` goes."""
+    return MANIFESTS / f"{script}.json"
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """Parsed once per text: one manifest run walks the same modules for every stage script."""
+    return ast.parse(source, filename=filename)
+
+
+def _tree(path: Path) -> ast.Module:
+    return _parse(path.read_text(), str(path))
 
 
 def module_file(name: str) -> Path | None:
@@ -67,7 +78,7 @@ def imported_modules(name: str) -> set[str]:
             if module_file(".".join(parts[:i])):
                 found.add(".".join(parts[:i]))
 
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
@@ -105,7 +116,7 @@ def needs_dep(module: str) -> bool:
     path = module_file(module)
     if path.name != "__init__.py":
         return True
-    body = ast.parse(path.read_text()).body
+    body = _tree(path).body
     return any(not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in body)
 
 
@@ -144,7 +155,7 @@ def code_text(source: str) -> str:
     runs, in the file's own characters (so the same on every Python version). Blank lines and spaces
     inside a string literal are kept: they can reach an output."""
     lines = source.splitlines()
-    drop = _docstring_lines(ast.parse(source), lines)
+    drop = _docstring_lines(_parse(source), lines)
     comments, in_string = {}, set()
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
@@ -163,14 +174,13 @@ def code_text(source: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _digest(path: Path, mtime_ns: int, size: int) -> str:
-    return hashlib.md5(code_text(path.read_text()).encode()).hexdigest()
+def _code_md5(source: str) -> str:
+    return hashlib.md5(code_text(source).encode()).hexdigest()
 
 
 def code_digest(path: Path) -> str:
-    """The md5 of :func:`code_text` of the file at ``path`` (computed once per version of the file)."""
-    stat = path.stat()
-    return _digest(path, stat.st_mtime_ns, stat.st_size)
+    """The md5 of :func:`code_text` of the file at ``path``."""
+    return _code_md5(path.read_text())
 
 
 def manifest(name: str) -> dict[str, str]:

@@ -7,12 +7,25 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import copy
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def copy_checkout(dest: Path, skip=lambda rel: False) -> None:
+    """The checkout's files (tracked, and untracked ones git does not ignore; working-tree versions) under
+    ``dest``, less those whose repository-relative path ``skip`` accepts."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout
+    for rel in filter(None, files.split("\0")):
+        if skip(rel) or not (ROOT / rel).is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes((ROOT / rel).read_bytes())
 
 
 def pytest_collection_modifyitems(config, items):

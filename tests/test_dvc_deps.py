@@ -5,13 +5,12 @@ dvc.yaml's code deps are what scripts/dvc_deps.py derives (nobody maintains them
 import hashlib
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, copy_checkout
 from stages.cluster.dag import dvc_env
 from stages.code_manifest import (closure, code_deps, code_digest, code_text, manifest, manifest_text, module_file,
                                   needs_dep, stage_scripts)
@@ -145,12 +144,7 @@ def test_dvc_reruns_only_the_stages_whose_code_changed(tmp_path):
     the verdict rules' code changes exactly one manifest, and DVC finds changed code deps only at
     ``events``."""
     dest = tmp_path / "repo"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
-                           check=True).stdout.split()
-    for f in files:
-        if (ROOT / f).is_file() and not f.startswith("studies/"):
-            (dest / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / f, dest / f)
+    copy_checkout(dest, skip=lambda rel: rel.startswith("studies/"))
     env = {**dvc_env(), "PYTHONPATH": str(dest)}
 
     def run(*args: str) -> str:

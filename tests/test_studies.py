@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, copy_checkout
 from stages.cluster.dag import dvc_env, parse_status
 from stages.config import load_typed_params
 from studies import generate as gen
@@ -156,13 +156,7 @@ def test_toy_study_end_to_end_serial_and_on_a_cluster(tmp_path):
     the same hashes, so the pipeline writes no wall-clock time into its outputs. Both runs compute on
     one thread (the study's ``runtime.threads: 1``; torch's CPU results depend on the thread count)."""
     dest, parallel = tmp_path / "repo", tmp_path / "parallel"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout
-    for rel in filter(None, files.split("\0")):
-        if rel.endswith("dvc.lock") or rel.startswith(("data/", "studies/scale/data/")) or not (ROOT / rel).is_file():
-            continue
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_bytes((ROOT / rel).read_bytes())
+    copy_checkout(dest, skip=lambda rel: rel.endswith("dvc.lock") or rel.startswith(("data/", "studies/scale/data/")))
     (dest / "studies" / "toy").mkdir()
     (dest / "studies" / "toy" / "study.yaml").write_text(TOY)
     (dest / "studies" / "toy" / ".gitignore").write_text("/data/\n")
